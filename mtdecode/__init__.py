@@ -1,0 +1,46 @@
+"""mtdecode: a typed, educational reference library of LLM decoding strategies.
+
+```python
+import mtdecode
+from mtdecode.strategies import Autoregressive
+
+model = mtdecode.load_model("smollm2-135m-instruct")
+result = mtdecode.generate(model, [1, 2, 3], Autoregressive(), max_new_tokens=16)
+```
+"""
+
+import os
+
+if os.environ.get("MTDECODE_TYPECHECK", "").lower() in ("1", "true", "yes"):
+    # Opt-in runtime checking of every jaxtyping annotation in the package (slow).
+    from jaxtyping import install_import_hook
+
+    install_import_hook("mtdecode", "beartype.beartype")
+
+from mtdecode.cache import KVCache  # noqa: E402
+from mtdecode.generate import GenerationResult, Stats, generate  # noqa: E402
+from mtdecode.model import CausalLM, Runner, UnsupportedModelError  # noqa: E402
+from mtdecode.sampling import Sampler  # noqa: E402
+from mtdecode.session import InvariantError, Session, Step  # noqa: E402
+from mtdecode.strategy import DecodingStrategy  # noqa: E402
+from mtdecode.zoo import DEFAULT_MODEL, load_model, load_tokenizer  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "CausalLM",
+    "DecodingStrategy",
+    "GenerationResult",
+    "InvariantError",
+    "KVCache",
+    "Runner",
+    "Sampler",
+    "Session",
+    "Stats",
+    "Step",
+    "UnsupportedModelError",
+    "generate",
+    "load_model",
+    "load_tokenizer",
+]

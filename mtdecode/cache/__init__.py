@@ -1,0 +1,5 @@
+"""The KV-cache manager every strategy shares."""
+
+from mtdecode.cache.kv import KVCache
+
+__all__ = ["KVCache"]

@@ -1,0 +1,6 @@
+"""Attention-mask builders shared by every strategy, and a `plot` helper for the docs."""
+
+from mtdecode.masks.build import causal, chain_parents, tree, tree_positions
+from mtdecode.masks.plot import plot
+
+__all__ = ["causal", "chain_parents", "plot", "tree", "tree_positions"]

