@@ -54,7 +54,7 @@ class GenerationResult:
 
 def generate(
     model: CausalLM | PreTrainedModel,
-    prompt_ids: Int[Tensor, "batch prompt"] | Sequence[int],
+    prompt_ids: Tensor | Sequence[int],
     strategy: DecodingStrategy,
     *,
     max_new_tokens: int = 64,
@@ -70,7 +70,8 @@ def generate(
     **Arguments:**
 
     - `model`: a transformers causal LM or the `CausalLM` that `mtdecode.load_model` returns.
-    - `prompt_ids`: token ids, `(batch, prompt)` integer tensor or a list of ints.
+    - `prompt_ids`: token ids, an `Int[Tensor, "batch prompt"]` (or one 1-D prompt) or a list of ints.
+      Checked here with clear errors rather than by the type annotations.
     - `strategy`: a `DecodingStrategy`, e.g. `mtdecode.strategies.Autoregressive()`.
     - `max_new_tokens`: at most this many tokens are generated (0 returns none).
     - `temperature`, `top_k`, `top_p`: the `Sampler`; `temperature=0` is greedy.

@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 
 from mtdecode import masks
 from mtdecode.cache import KVCache
-from mtdecode.tensor_types import Bool, Float, Int, Logits, Mask4D, Positions, Tensor, TokenIds
+from mtdecode.tensor_types import Bool, Float, Int, Mask4D, Positions, Tensor, TokenIds
 
 #: attention implementations that apply an arbitrary 4-D mask as given
 MASKABLE_ATTENTION = ("sdpa", "eager")
@@ -93,7 +93,7 @@ class CausalLM:
         cache: KVCache,
         *,
         logits_to_keep: int = 0,
-    ) -> Logits:
+    ) -> Float[Tensor, "batch rows vocab"]:
         """Run the model over `input_ids` on top of `cache`, appending their keys and values to it.
 
         **Arguments:**
@@ -107,7 +107,7 @@ class CausalLM:
 
         **Returns:**
 
-        Logits of shape `(batch, new, vocab)` (or `(batch, logits_to_keep, vocab)`).
+        Logits of shape `(batch, rows, vocab)`: `rows` is `new`, or `logits_to_keep` if that is > 0.
         """
         batch, num_new = input_ids.shape
         expected = (batch, 1, num_new, cache.length + num_new)
@@ -168,15 +168,16 @@ class Runner:
         mask: Bool[Tensor, "query key"],
         *,
         logits_to_keep: int = 0,
-    ) -> Float[Tensor, "new vocab"]:
-        """Feed `tokens` at `positions` with a 2-D `mask` over (cache + new); return their logits."""
+    ) -> Float[Tensor, "rows vocab"]:
+        """Feed `tokens` at `positions` with a 2-D `mask` over (cache + new); return their logits
+        (`rows` = all new tokens, or the last `logits_to_keep`)."""
         self.forwards += 1
         logits = self.model.forward(
             tokens[None], positions[None], mask[None, None], self.cache, logits_to_keep=logits_to_keep
         )
         return logits[0]
 
-    def extend(self, tokens: list[int], *, logits_to_keep: int = 0) -> Float[Tensor, "new vocab"]:
+    def extend(self, tokens: list[int], *, logits_to_keep: int = 0) -> Float[Tensor, "rows vocab"]:
         """Feed `tokens` left to right after everything in the cache; return their logits.
 
         The new entries are left pending: resolve them with `cache.commit/crop/keep`.

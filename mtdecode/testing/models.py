@@ -1,0 +1,63 @@
+"""Tiny random transformers models for fast, exact tests (float64 on CPU by default)."""
+
+import torch
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    PreTrainedModel,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+FAMILIES = {
+    "llama": (LlamaConfig, LlamaForCausalLM),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "mistral": (MistralConfig, MistralForCausalLM),
+}
+
+
+def tiny_model(
+    family: str = "llama",
+    *,
+    vocab_size: int = 64,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device = "cpu",
+    layers: int = 2,
+    hidden: int = 32,
+    attn_implementation: str = "sdpa",
+    **config_overrides,
+) -> PreTrainedModel:
+    """A small randomly initialised causal LM of the given family, in eval mode.
+
+    The weights are drawn with a large `initializer_range` (0.3) so that next-token
+    distributions are peaked and greedy continuations are not near ties.
+    EOS is switched off in its generation config so `generate` runs to the budget
+    unless an EOS id is passed explicitly.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; choose from {sorted(FAMILIES)}")
+    config_class, model_class = FAMILIES[family]
+    config = config_class(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=0.3,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=None,
+        pad_token_id=0,
+        attn_implementation=attn_implementation,
+        **config_overrides,
+    )
+    torch.manual_seed(seed)
+    model = model_class(config).to(device=device, dtype=dtype).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model

@@ -1,0 +1,104 @@
+"""Statistical goodness-of-fit checks with a stated false-alarm rate.
+
+`chi_square_test(counts, probs, false_alarm=1e-3)` asks whether `counts`, drawn
+independently from some distribution, could come from `probs`.
+
+**The test.** Pearson's statistic X² = Σ (observed - expected)² / expected over the
+cells, compared with the chi-square distribution with (cells - 1) degrees of freedom.
+Cells expected to hold fewer than 5 draws are pooled into one cell first, because
+the chi-square approximation is only good when every cell expects at least ~5.
+A draw in a cell of probability 0 fails at once (that outcome is impossible).
+
+**False-alarm rate.** If the draws really come from `probs`, the test rejects with
+probability `false_alarm` (up to the chi-square approximation, which pooling keeps
+accurate; `tests/test_stats.py` measures the rate on simulated data). A failing
+test therefore means either a wrong sampler or a 1-in-1/`false_alarm` accident; the
+seeds in the suite are fixed, so an accident would show on every run, never flakily.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from mtdecode.tensor_types import Float, Int, Tensor
+
+MIN_EXPECTED = 5.0
+
+
+@dataclass(frozen=True)
+class GoodnessOfFit:
+    """Outcome of `chi_square_test`."""
+
+    statistic: float
+    dof: int
+    p_value: float
+    false_alarm: float
+    impossible_draws: int
+
+    @property
+    def passed(self) -> bool:
+        return self.impossible_draws == 0 and self.p_value > self.false_alarm
+
+    def __str__(self) -> str:
+        return (
+            f"X²={self.statistic:.2f} on {self.dof} dof, p={self.p_value:.3g} "
+            f"(false-alarm rate {self.false_alarm:g}), draws in impossible cells: {self.impossible_draws}"
+        )
+
+
+def chi_square_test(
+    counts: Int[Tensor, " cells"] | Float[Tensor, " cells"],
+    probs: Float[Tensor, " cells"],
+    *,
+    false_alarm: float = 1e-3,
+) -> GoodnessOfFit:
+    """Pearson's chi-square test of `counts` against the distribution `probs`.
+
+    **Arguments:**
+
+    - `counts`: how many draws fell in each cell.
+    - `probs`: the claimed probability of each cell (sums to 1).
+    - `false_alarm`: the probability of rejecting when `counts` really come from `probs`.
+
+    **Returns:**
+
+    A `GoodnessOfFit`; `.passed` is the verdict.
+    """
+    counts = counts.double().flatten().cpu()
+    probs = probs.double().flatten().cpu()
+    if counts.shape != probs.shape:
+        raise ValueError(f"counts has {counts.numel()} cells but probs has {probs.numel()}")
+    if not torch.isclose(probs.sum(), torch.tensor(1.0, dtype=torch.float64), atol=1e-6):
+        raise ValueError(f"probs must sum to 1, got {probs.sum().item():.8f}")
+    total = counts.sum()
+    impossible = int(counts[probs <= 0].sum())
+    expected = probs * total
+    big = expected >= MIN_EXPECTED
+    # pool the small cells into one, so that every cell expects enough draws
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    if exp[-1] < MIN_EXPECTED:  # the pooled cell is itself too small: fold it into the smallest big cell
+        if big.any():
+            smallest = int(torch.argmin(exp[:-1]))
+            obs[smallest] += obs[-1]
+            exp[smallest] += exp[-1]
+        obs, exp = obs[:-1], exp[:-1]
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep]
+    statistic = float(((obs - exp) ** 2 / exp).sum())
+    dof = max(int(obs.numel()) - 1, 1)
+    # survival function of chi-square(dof): the regularised upper incomplete gamma function
+    p_value = float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64), torch.tensor(statistic / 2.0, dtype=torch.float64)))
+    return GoodnessOfFit(statistic, dof, p_value, false_alarm, impossible)
+
+
+def assert_matches(
+    counts: Int[Tensor, " cells"] | Float[Tensor, " cells"],
+    probs: Float[Tensor, " cells"],
+    *,
+    false_alarm: float = 1e-3,
+) -> GoodnessOfFit:
+    """Assert that `counts` pass `chi_square_test` against `probs`; return the result."""
+    result = chi_square_test(counts, probs, false_alarm=false_alarm)
+    assert result.passed, f"sampled counts do not match the distribution: {result}"
+    return result

@@ -1,0 +1,101 @@
+"""The model adapter: its logits equal transformers' own forward (the first test worth writing),
+and models it cannot drive are refused with a clear error."""
+
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from conftest import DEVICES
+from mtdecode import CausalLM, KVCache, UnsupportedModelError, masks
+from mtdecode.testing import tiny_model
+
+SEQUENCE = [5, 9, 2, 33, 17, 8, 40, 1, 12, 60, 3, 7]
+
+
+def hf_logits(model, tokens):
+    with torch.no_grad():
+        return model(torch.tensor([tokens], device=model.device)).logits[0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "family, overrides",
+    [
+        ("llama", {}),
+        ("llama", {"attn_implementation": "eager"}),
+        ("qwen2", {}),
+        ("mistral", {}),
+        ("mistral", {"sliding_window": 4}),  # the adapter applies the window through the mask
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1}),  # mixed layers
+    ],
+)
+def test_adapter_logits_equal_transformers(family, overrides, device):
+    model = tiny_model(family, device=device, **overrides)
+    adapter = CausalLM(model)
+    cache = KVCache()
+    # prompt in one forward, then the rest one token at a time, as decoding does
+    logits = [adapter.forward(
+        torch.tensor([SEQUENCE[:5]], device=device),
+        torch.arange(5, device=device)[None],
+        masks.causal(5, 0, device=device)[None, None],
+        cache,
+    )[0]]
+    cache.commit()
+    for i in range(5, len(SEQUENCE)):
+        logits.append(adapter.forward(
+            torch.tensor([[SEQUENCE[i]]], device=device),
+            torch.tensor([[i]], device=device),
+            masks.causal(1, i, device=device)[None, None],
+            cache,
+        )[0])
+        cache.commit()
+    torch.testing.assert_close(torch.cat(logits), hf_logits(model, SEQUENCE), rtol=1e-10, atol=1e-10)
+
+
+def test_sliding_window_is_really_applied():
+    """Control for the test above: without the window in the mask the logits would differ."""
+    windowed = tiny_model("mistral", sliding_window=4)
+    unwindowed = tiny_model("mistral", sliding_window=None)
+    assert not torch.allclose(hf_logits(windowed, SEQUENCE), hf_logits(unwindowed, SEQUENCE))
+
+
+def test_mask_shape_is_checked():
+    adapter = CausalLM(tiny_model())
+    with pytest.raises(ValueError, match=r"expected \(batch, 1, new, cached \+ new\)"):
+        adapter.forward(torch.tensor([[1, 2]]), torch.tensor([[0, 1]]), masks.causal(2, 1)[None, None], KVCache())
+
+
+def test_refuses_attention_that_cannot_take_masks():
+    model = tiny_model()
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(UnsupportedModelError, match="LlamaForCausalLM.*flash_attention_2.*sdpa"):
+        CausalLM(model)
+
+
+class IgnoresMask(LlamaForCausalLM):
+    """A model that silently drops custom masks: exactly what the probe must catch."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, **kwargs):
+        return super().forward(input_ids=input_ids, position_ids=position_ids, past_key_values=past_key_values, **kwargs)
+
+
+def test_probe_catches_a_model_that_ignores_masks():
+    model = tiny_model()
+    broken = IgnoresMask(model.config).to(torch.float64).eval()
+    broken.load_state_dict(model.state_dict())
+    with pytest.raises(UnsupportedModelError, match="IgnoresMask did not obey a custom 4-D attention mask"):
+        CausalLM(broken)
+
+
+def test_refuses_training_mode_and_non_models():
+    with pytest.raises(UnsupportedModelError, match="training mode"):
+        CausalLM(tiny_model().train())
+    with pytest.raises(UnsupportedModelError, match="PreTrainedModel"):
+        CausalLM.wrap(torch.nn.Linear(2, 2))
+
+
+def test_wrap_is_made_once_per_model():
+    model = tiny_model()
+    assert CausalLM.wrap(model) is CausalLM.wrap(model)
+    adapter = CausalLM.wrap(model)
+    assert CausalLM.wrap(adapter) is adapter

@@ -1,0 +1,27 @@
+"""The chi-square test's false-alarm rate, measured on simulated data (no model involved)."""
+
+import torch
+
+from mtdecode.testing import chi_square_test
+
+
+def test_false_alarm_rate_is_as_stated():
+    """Draw 2,000 data sets from the true distribution; at a 5% false-alarm rate the test
+    should reject about 100 of them. 4 standard deviations of Binomial(2000, 0.05) is ±39."""
+    generator = torch.Generator().manual_seed(0)
+    probs = torch.tensor([0.3, 0.2, 0.15, 0.1, 0.1, 0.05, 0.05, 0.03, 0.015, 0.005], dtype=torch.float64)
+    rejections = 0
+    for _ in range(2000):
+        counts = torch.bincount(torch.multinomial(probs, 1000, replacement=True, generator=generator), minlength=10)
+        rejections += not chi_square_test(counts, probs, false_alarm=0.05).passed
+    assert 61 <= rejections <= 139, rejections
+
+
+def test_impossible_draws_fail_at_once():
+    result = chi_square_test(torch.tensor([50, 49, 1]), torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64))
+    assert result.impossible_draws == 1 and not result.passed
+
+
+def test_a_shifted_distribution_is_rejected():
+    counts = torch.tensor([5200, 4800])
+    assert not chi_square_test(counts, torch.tensor([0.5, 0.5], dtype=torch.float64)).passed
