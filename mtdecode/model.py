@@ -112,9 +112,7 @@ class CausalLM:
         batch, num_new = input_ids.shape
         expected = (batch, 1, num_new, cache.length + num_new)
         if tuple(mask.shape) != expected:
-            raise ValueError(
-                f"mask has shape {tuple(mask.shape)}; expected (batch, 1, new, cached + new) = {expected}"
-            )
+            raise ValueError(f"mask has shape {tuple(mask.shape)}; expected (batch, 1, new, cached + new) = {expected}")
         if tuple(position_ids.shape) != (batch, num_new):
             raise ValueError(f"position_ids has shape {tuple(position_ids.shape)}; expected {(batch, num_new)}")
         with torch.no_grad():
@@ -137,7 +135,9 @@ class CausalLM:
             return full
         # Sliding-window layers see keys less than `window` positions back. The cache holds a
         # single sequence, so its entries sit at positions 0..cached-1.
-        key_positions = torch.cat([torch.arange(cached, device=mask.device)[None].expand(mask.shape[0], -1), position_ids], 1)
+        key_positions = torch.cat(
+            [torch.arange(cached, device=mask.device)[None].expand(mask.shape[0], -1), position_ids], 1
+        )
         near = position_ids[:, None, :, None] - key_positions[:, None, None, :] < self._sliding_window
         sliding = _additive(mask & near, self.dtype)
         if self._layer_types is None:  # every layer slides (Mistral)
@@ -233,7 +233,9 @@ def _check_static_support(model) -> None:
     if odd:
         raise UnsupportedModelError(f"{name} has layer types {odd}; mtdecode supports {list(_LAYER_TYPES)}")
     if model.training:
-        raise UnsupportedModelError(f"{name} is in training mode (dropout would make decoding random); call model.eval()")
+        raise UnsupportedModelError(
+            f"{name} is in training mode (dropout would make decoding random); call model.eval()"
+        )
 
 
 def _probe_custom_mask(adapter: CausalLM) -> None:
@@ -252,7 +254,9 @@ def _probe_custom_mask(adapter: CausalLM) -> None:
     see_a = masks.causal(2, 0, device=device)[None, None]
     hidden = adapter.forward(pair, positions, hide_a, KVCache())[0, 1]
     seen = adapter.forward(pair, positions, see_a, KVCache())[0, 1]
-    alone = adapter.forward(pair[:, 1:], positions[:, 1:], torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device), KVCache())[0, 0]
+    alone = adapter.forward(
+        pair[:, 1:], positions[:, 1:], torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device), KVCache()
+    )[0, 0]
     effect = (seen - alone).abs().max().item()
     leak = (hidden - alone).abs().max().item()
     if not leak <= 1e-3 * effect:

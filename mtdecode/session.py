@@ -69,8 +69,7 @@ class Session:
         """A fresh runner (model + empty cache) whose cache is checked with the target's."""
         if model.device != self.device:
             raise ValueError(
-                f"the {role} model is on {model.device} but the target is on {self.device}; "
-                "put both on one device"
+                f"the {role} model is on {model.device} but the target is on {self.device}; put both on one device"
             )
         runner = Runner(model, role)
         self.runners.append(runner)

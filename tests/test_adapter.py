@@ -3,9 +3,9 @@ and models it cannot drive are refused with a clear error."""
 
 import pytest
 import torch
+from conftest import DEVICES
 from transformers import LlamaForCausalLM
 
-from conftest import DEVICES
 from mtdecode import CausalLM, KVCache, UnsupportedModelError, masks
 from mtdecode.testing import tiny_model
 
@@ -34,20 +34,24 @@ def test_adapter_logits_equal_transformers(family, overrides, device):
     adapter = CausalLM(model)
     cache = KVCache()
     # prompt in one forward, then the rest one token at a time, as decoding does
-    logits = [adapter.forward(
-        torch.tensor([SEQUENCE[:5]], device=device),
-        torch.arange(5, device=device)[None],
-        masks.causal(5, 0, device=device)[None, None],
-        cache,
-    )[0]]
+    logits = [
+        adapter.forward(
+            torch.tensor([SEQUENCE[:5]], device=device),
+            torch.arange(5, device=device)[None],
+            masks.causal(5, 0, device=device)[None, None],
+            cache,
+        )[0]
+    ]
     cache.commit()
     for i in range(5, len(SEQUENCE)):
-        logits.append(adapter.forward(
-            torch.tensor([[SEQUENCE[i]]], device=device),
-            torch.tensor([[i]], device=device),
-            masks.causal(1, i, device=device)[None, None],
-            cache,
-        )[0])
+        logits.append(
+            adapter.forward(
+                torch.tensor([[SEQUENCE[i]]], device=device),
+                torch.tensor([[i]], device=device),
+                masks.causal(1, i, device=device)[None, None],
+                cache,
+            )[0]
+        )
         cache.commit()
     torch.testing.assert_close(torch.cat(logits), hf_logits(model, SEQUENCE), rtol=1e-10, atol=1e-10)
 
@@ -76,7 +80,9 @@ class IgnoresMask(LlamaForCausalLM):
     """A model that silently drops custom masks: exactly what the probe must catch."""
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, **kwargs):
-        return super().forward(input_ids=input_ids, position_ids=position_ids, past_key_values=past_key_values, **kwargs)
+        return super().forward(
+            input_ids=input_ids, position_ids=position_ids, past_key_values=past_key_values, **kwargs
+        )
 
 
 def test_probe_catches_a_model_that_ignores_masks():

@@ -5,11 +5,11 @@ import functools
 from dataclasses import dataclass
 
 import pytest
+from conftest import DEVICES
 from hypothesis import given
 from hypothesis import strategies as st
 
 import mtdecode
-from conftest import DEVICES
 from mtdecode.strategies import Autoregressive
 from mtdecode.strategies.autoregressive import prefill, sample_next
 from mtdecode.testing import greedy_tokens, hf_greedy_tokens, tiny_model

@@ -93,7 +93,9 @@ def test_generate_samples_from_the_sampler_distribution():
     sampler = Sampler(temperature=0.8, top_k=8)
     counts = torch.zeros(12, dtype=torch.long)
     for seed in range(2000):
-        token = mtdecode.generate(model, prompt, Autoregressive(), max_new_tokens=1, temperature=0.8, top_k=8, seed=seed)
+        token = mtdecode.generate(
+            model, prompt, Autoregressive(), max_new_tokens=1, temperature=0.8, top_k=8, seed=seed
+        )
         counts[token.tokens[0, 0]] += 1
     result = chi_square_test(counts, sampler.probs(logits), false_alarm=FALSE_ALARM)
     assert result.passed, str(result)

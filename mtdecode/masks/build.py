@@ -15,9 +15,7 @@ import torch
 from mtdecode.tensor_types import Bool, Int, Tensor
 
 
-def causal(
-    num_new: int, prefix: int, device: torch.device | str | None = None
-) -> Bool[Tensor, "query key"]:
+def causal(num_new: int, prefix: int, device: torch.device | str | None = None) -> Bool[Tensor, "query key"]:
     """The ordinary left-to-right mask: new token `i` sees the prefix and new tokens `0..i`.
 
     **Arguments:**
@@ -37,9 +35,7 @@ def causal(
     return cols <= rows + prefix
 
 
-def tree(
-    parents: Sequence[int], prefix: int, device: torch.device | str | None = None
-) -> Bool[Tensor, "query key"]:
+def tree(parents: Sequence[int], prefix: int, device: torch.device | str | None = None) -> Bool[Tensor, "query key"]:
     """Branches or a token tree over the prefix: each new token sees the prefix, its ancestors and itself.
 
     The new tokens are the nodes of a forest listed in topological order:

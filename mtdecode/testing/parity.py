@@ -66,7 +66,7 @@ def assert_greedy_parity(
 
 @dataclass(frozen=True)
 class NearTie:
-    """Where two greedy runs part: position, the two tokens and their logits there (one forward over the common prefix)."""
+    """Where two greedy runs part: the index, both tokens, and their logits after the common prefix."""
 
     index: int
     token_a: int
@@ -80,7 +80,7 @@ class NearTie:
 
 
 def first_divergence(model, prompt: Sequence[int], a: Sequence[int], b: Sequence[int]) -> NearTie | None:
-    """Where greedy outputs `a` and `b` first differ, the two tokens' logits there; `None` if one is a prefix of the other.
+    """Where greedy outputs `a` and `b` first differ, and both tokens' logits there (`None` if they never differ).
 
     In float32, a forward over k tokens and k forwards over one token round differently,
     so two correct greedy decoders may pick different tokens where two logits nearly tie.

