@@ -21,12 +21,33 @@ class Stats:
     - `new_tokens`: tokens generated.
     - `target_forwards`, `draft_forwards`: forward passes of the target and of any draft model.
     - `seconds`: wall time of the decoding loop (prefill included).
+    - `drafted_per_position[i]`: steps that verified a guess at draft position i (0-based).
+    - `accepted_per_position[i]`: steps that accepted their guess at position i.
     """
 
     new_tokens: int
     target_forwards: int
     draft_forwards: int
     seconds: float
+    drafted_per_position: tuple[int, ...] = ()
+    accepted_per_position: tuple[int, ...] = ()
+
+    @classmethod
+    def from_steps(cls, steps: list[Step], *, target_forwards: int, draft_forwards: int, seconds: float) -> "Stats":
+        longest = max((step.drafted for step in steps), default=0)
+        return cls(
+            new_tokens=sum(len(step.tokens) for step in steps),
+            target_forwards=target_forwards,
+            draft_forwards=draft_forwards,
+            seconds=seconds,
+            drafted_per_position=tuple(sum(step.drafted > i for step in steps) for i in range(longest)),
+            accepted_per_position=tuple(sum(step.accepted > i for step in steps) for i in range(longest)),
+        )
+
+    @property
+    def mean_accepted(self) -> float:
+        """Accepted guesses per target forward pass (the target's own token not counted)."""
+        return sum(self.accepted_per_position) / self.target_forwards if self.target_forwards else 0.0
 
     @property
     def tokens_per_forward(self) -> float:
@@ -129,8 +150,8 @@ def generate(
         bar.close()
 
     new = session.new_tokens
-    stats = Stats(
-        new_tokens=len(new),
+    stats = Stats.from_steps(
+        session.steps,
         target_forwards=session.target.forwards,
         draft_forwards=sum(r.forwards for r in session.runners[1:]),
         seconds=seconds,

@@ -21,10 +21,13 @@ class Step:
 
     - `tokens`: the tokens it added to the output, in order (at least one).
     - `drafted`: how many guessed tokens that forward verified (0 for plain decoding).
+    - `accepted`: how many of those guesses it kept; the last token of `tokens` is the
+      target's own (a correction or a bonus token), unless EOS or the budget cut the step.
     """
 
     tokens: tuple[int, ...]
     drafted: int = 0
+    accepted: int = 0
 
 
 class InvariantError(RuntimeError):
@@ -84,7 +87,7 @@ class Session:
         """How many more tokens the budget allows."""
         return self.max_new_tokens - len(self.new_tokens)
 
-    def commit(self, tokens: Sequence[int], *, drafted: int = 0) -> Step:
+    def commit(self, tokens: Sequence[int], *, drafted: int = 0, accepted: int = 0) -> Step:
         """Append `tokens` to the output and record the step.
 
         The tokens are cut after the first EOS token and at the budget. If anything was
@@ -107,7 +110,7 @@ class Session:
             for runner in self.runners:
                 if runner.cache.length > len(self.tokens) - 1:
                     runner.cache.crop(len(self.tokens) - 1)
-        step = Step(tokens=tuple(kept), drafted=drafted)
+        step = Step(tokens=tuple(kept), drafted=drafted, accepted=min(accepted, len(kept)))
         self.steps.append(step)
         return step
 

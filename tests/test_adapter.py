@@ -3,11 +3,12 @@ and models it cannot drive are refused with a clear error."""
 
 import pytest
 import torch
-from conftest import DEVICES
 from transformers import LlamaForCausalLM
 
 from mtdecode import CausalLM, KVCache, UnsupportedModelError, masks
 from mtdecode.testing import tiny_model
+
+from conftest import DEVICES
 
 SEQUENCE = [5, 9, 2, 33, 17, 8, 40, 1, 12, 60, 3, 7]
 

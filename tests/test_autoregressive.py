@@ -5,7 +5,6 @@ import functools
 from dataclasses import dataclass
 
 import pytest
-from conftest import DEVICES
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +12,8 @@ import mtdecode
 from mtdecode.strategies import Autoregressive
 from mtdecode.strategies.autoregressive import prefill, sample_next
 from mtdecode.testing import greedy_tokens, hf_greedy_tokens, tiny_model
+
+from conftest import DEVICES
 
 VOCAB = 64
 

@@ -3,7 +3,7 @@ other strategy is compared with, token for token (greedy) or in distribution (sa
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mtdecode.session import Session, Step
 from mtdecode.tensor_types import Float, Tensor
@@ -13,7 +13,7 @@ from mtdecode.tensor_types import Float, Tensor
 class Autoregressive:
     """Feed the newest token, sample the next from p, repeat."""
 
-    max_batch_size: int = 1
+    max_batch_size: int = field(default=1, init=False)
 
     def decode(self, s: Session) -> Iterator[Step]:
         logits = prefill(s)
