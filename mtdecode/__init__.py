@@ -23,12 +23,13 @@ from mtdecode.model import CausalLM, Runner, UnsupportedModelError  # noqa: E402
 from mtdecode.sampling import Sampler  # noqa: E402
 from mtdecode.session import InvariantError, Session, Step  # noqa: E402
 from mtdecode.strategy import DecodingStrategy  # noqa: E402
-from mtdecode.zoo import DEFAULT_MODEL, load_model, load_tokenizer  # noqa: E402
+from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL, load_model, load_tokenizer  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DRAFT_MODEL",
     "CausalLM",
     "DecodingStrategy",
     "GenerationResult",

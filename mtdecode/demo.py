@@ -7,7 +7,7 @@ Run with `python -m mtdecode.demo [--prompt TEXT] [--max-new-tokens N]`.
 import argparse
 
 import mtdecode
-from mtdecode.strategies import REGISTRY, Autoregressive
+from mtdecode.strategies import REGISTRY, Autoregressive, needs_draft
 
 PROMPT = "Explain in three short sentences why the sky is blue."
 
@@ -30,9 +30,15 @@ def main(argv: list[str] | None = None) -> None:
     greedy = mtdecode.generate(model, prompt, Autoregressive(), **settings)
     print(f"\nprompt: {args.prompt}\nanswer: {tokenizer.decode(greedy.tokens[0], skip_special_tokens=True)}\n")
 
+    draft = None
     rows = []
     for name, strategy_class in REGISTRY.items():
-        result = mtdecode.generate(model, prompt, strategy_class(), **settings)
+        if needs_draft(strategy_class):
+            draft = draft or mtdecode.load_model(mtdecode.DRAFT_MODEL)
+            strategy = strategy_class(draft=draft)
+        else:
+            strategy = strategy_class()
+        result = mtdecode.generate(model, prompt, strategy, **settings)
         same = result.tokens[0].tolist() == greedy.tokens[0].tolist()
         s = result.stats
         rows.append(

@@ -61,3 +61,20 @@ def tiny_model(
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model
+
+
+def perturbed(model: PreTrainedModel, scale: float, *, seed: int = 0) -> PreTrainedModel:
+    """A copy of `model` with Gaussian noise of relative size `scale` added to every weight.
+
+    A draft made this way agrees with its target often but not always, so every branch of a
+    verification rule (accept, reject, bonus token) is exercised.
+    """
+    import copy
+
+    noisy = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for weight in noisy.parameters():
+            noise = torch.randn(weight.shape, generator=generator, dtype=torch.float64).to(weight)
+            weight.add_(scale * weight.abs().mean() * noise)
+    return noisy.eval()

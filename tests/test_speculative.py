@@ -1,0 +1,110 @@
+"""Speculative decoding: greedy parity (float64), the cache invariant on both models, and
+clear errors for a mismatched draft. The statistical tests are in test_speculative_sampling.py."""
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mtdecode
+from mtdecode.strategies import speculative
+from mtdecode.strategies.speculative import Speculative
+from mtdecode.testing import assert_greedy_parity, greedy_tokens, tiny_model
+from mtdecode.testing.models import perturbed
+
+from conftest import DEVICES
+
+VOCAB = 32
+
+
+@functools.cache
+def pair(kind: str, device: str = "cpu"):
+    """A target and a draft: the target itself, a noisy copy, or an unrelated random model."""
+    target = tiny_model("llama", vocab_size=VOCAB, seed=3, device=device)
+    draft = {
+        "same": target,
+        "noisy": perturbed(target, 0.3, seed=1),
+        "unrelated": tiny_model("qwen2", vocab_size=VOCAB, seed=4, layers=1, device=device),
+    }[kind]
+    return target, draft
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["same", "noisy", "unrelated"])
+@given(
+    prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=10),
+    k=st.integers(1, 8),
+    max_new_tokens=st.integers(0, 30),
+    eos_at=st.none() | st.integers(0, 29),
+)
+def test_greedy_equals_autoregressive(kind, device, prompt, k, max_new_tokens, eos_at):
+    target, draft = pair(kind, device)
+    eos = None if eos_at is None else greedy_tokens(target, prompt, 30)[eos_at]
+    result = assert_greedy_parity(
+        target, prompt, Speculative(draft, k), max_new_tokens=max_new_tokens, eos_token_id=eos
+    )
+    if kind == "same" and eos is None and max_new_tokens > 0:  # every guess is accepted
+        assert all(step.accepted == step.drafted for step in result.steps)
+        assert result.stats.target_forwards == -(-max_new_tokens // (k + 1))
+
+
+def test_an_unrelated_draft_is_mostly_rejected_and_a_copy_always_accepted():
+    target, unrelated = pair("unrelated")
+    few = mtdecode.generate(target, [1, 2, 3], Speculative(unrelated, 4), max_new_tokens=40).stats
+    all_ = mtdecode.generate(target, [1, 2, 3], Speculative(target, 4), max_new_tokens=40).stats
+    assert few.mean_accepted < 1.0 < 4.0 == all_.mean_accepted
+    assert all_.accepted_per_position == all_.drafted_per_position == (8, 8, 8, 8)
+    assert all_.tokens_per_forward == 5.0
+
+
+def test_stats_count_acceptance_per_position():
+    target, draft = pair("noisy")
+    result = mtdecode.generate(target, [5, 6], Speculative(draft, 3), max_new_tokens=30, temperature=1.0, seed=1)
+    stats, steps = result.stats, result.steps
+    assert stats.drafted_per_position[0] == sum(s.drafted > 0 for s in steps)
+    assert list(stats.accepted_per_position) == [sum(s.accepted > i for s in steps) for i in range(3)]
+    assert stats.accepted_per_position[0] >= stats.accepted_per_position[1] >= stats.accepted_per_position[2]
+    assert stats.mean_accepted == pytest.approx(sum(s.accepted for s in steps) / len(steps))
+
+
+def test_both_caches_are_checked_after_every_step(monkeypatch):
+    """The draft catch-up after a fully accepted step is needed: without it the invariant check fails."""
+    target, draft = pair("same")
+
+    def commit_without_catch_up(s, draft_runner, tokens, *, drafted, accepted):
+        keep = len(s.tokens) + accepted
+        s.target.cache.crop(keep)
+        draft_runner.cache.crop(min(keep, draft_runner.cache.length))
+        return s.commit(tokens, drafted=drafted, accepted=accepted)
+
+    monkeypatch.setattr(speculative, "commit", commit_without_catch_up)
+    with pytest.raises(mtdecode.InvariantError, match="draft cache"):
+        mtdecode.generate(target, [1, 2, 3], Speculative(draft, 3), max_new_tokens=10)
+
+
+def test_a_draft_with_another_vocabulary_is_refused_before_any_work():
+    target = tiny_model("llama", vocab_size=VOCAB)
+    draft = tiny_model("llama", vocab_size=VOCAB + 1)
+    adapter = mtdecode.CausalLM.wrap(target)
+    with pytest.raises(ValueError, match=r"draft's vocabulary \(33 tokens\) differs from the target's \(32\)"):
+        mtdecode.generate(adapter, [1, 2], Speculative(draft), max_new_tokens=5)
+
+
+def test_a_draft_on_another_device_is_refused():
+    target, draft = pair("noisy")
+
+    class Elsewhere(mtdecode.CausalLM):
+        @property
+        def device(self):
+            return torch.device("meta")
+
+    with pytest.raises(ValueError, match="draft model is on meta but the target is on cpu"):
+        mtdecode.generate(target, [1, 2], Speculative(Elsewhere(draft, probe=False)), max_new_tokens=5)
+
+
+@pytest.mark.parametrize("k", [0, -1, True])
+def test_nonsense_settings_are_refused(k):
+    with pytest.raises(ValueError, match="num_draft_tokens"):
+        Speculative(pair("same")[0], num_draft_tokens=k)
