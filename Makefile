@@ -13,7 +13,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
-	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 	$(VENV)/bin/ruff check mtdecode tests benchmarks
 
 setup: $(STAMP)

@@ -195,7 +195,7 @@ def _eos_set(eos_token_id: int | Sequence[int] | None, vocab_size: int) -> froze
         return frozenset()
     ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
     for token in ids:
-        if not isinstance(token, int) or not 0 <= token < vocab_size:
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
             raise ValueError(f"eos_token_id {token!r} is not a token id in [0, {vocab_size})")
     return frozenset(ids)
 

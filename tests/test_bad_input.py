@@ -28,6 +28,7 @@ def model():
         (torch.zeros(1, 2, 3, dtype=torch.long), {}, r"shape \(batch, prompt\)"),
         ([1, 99], {}, r"\[99\] are outside the vocabulary \[0, 32\)"),
         ([1, 2], {"eos_token_id": 40}, "eos_token_id 40"),
+        ([1, 2], {"eos_token_id": [True]}, "eos_token_id True"),
         ([1, 2], {"temperature": -0.1}, "temperature"),
         ([1, 2], {"top_p": 2.0}, "top_p"),
     ],

@@ -73,6 +73,14 @@ def test_bad_sizes(num_new, prefix):
         masks.causal(num_new, prefix)
 
 
+def test_plot_leaves_the_matplotlib_backend_alone(tmp_path):
+    import matplotlib
+
+    before = matplotlib.get_backend()
+    masks.plot(masks.causal(2, 1), path=tmp_path / "causal.png")
+    assert matplotlib.get_backend() == before
+
+
 def test_plot_writes_a_picture(tmp_path):
     mask = masks.tree([-1, 0, -1, 2], prefix=2)
     path = tmp_path / "tree.png"

@@ -48,3 +48,21 @@ def test_greedy_equals_transformers_on_smollm2(prompt):
     assert len(ours) == len(theirs) == NEW_TOKENS
     tie = first_divergence(model, ids, ours, theirs)
     assert tie is None or tie.gap < NEAR_TIE, f"outputs part at token {tie.index} without a near tie: {tie}"
+
+
+def test_the_shipped_draft_loads_and_speculative_greedy_equals_greedy():
+    """The distilled draft ships in the repository; with it, speculative greedy decoding on the real
+    model gives greedy's tokens (float32: any difference must start at a near tie)."""
+    from mtdecode.strategies import Speculative
+
+    model, _ = default()
+    draft = mtdecode.load_model(mtdecode.DRAFT_MODEL)
+    assert type(draft.hf).__name__ == "SubsetHeadLlama" and draft.vocab_size == model.vocab_size
+    for prompt in PROMPTS[:2]:
+        ids = chat(prompt)
+        greedy = greedy_tokens(model, ids, NEW_TOKENS)
+        result = mtdecode.generate(model, ids, Speculative(draft, 4), max_new_tokens=NEW_TOKENS)
+        ours = result.tokens[0].tolist()
+        tie = first_divergence(model, ids, ours, greedy)
+        assert tie is None or tie.gap < NEAR_TIE, f"speculative parts from greedy without a near tie: {tie}"
+        assert result.stats.mean_accepted > 0.5  # the draft is useful, not just exact

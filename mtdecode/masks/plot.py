@@ -31,11 +31,7 @@ def plot(
 
     The matplotlib `Figure`.
     """
-    import matplotlib
-
-    if ax is None and path is not None:
-        matplotlib.use("Agg")  # files only: no display needed
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # the current backend is left as it is (inline in notebooks)
 
     num_query, num_key = mask.shape
     if query_labels is not None and len(query_labels) != num_query:

@@ -63,6 +63,8 @@ def chi_square_test(
     **Returns:**
 
     A `GoodnessOfFit`; `.passed` is the verdict.
+
+    **Raises:** `ValueError` if there are too few draws for the test to say anything.
     """
     counts = counts.double().flatten().cpu()
     probs = probs.double().flatten().cpu()
@@ -85,8 +87,12 @@ def chi_square_test(
         obs, exp = obs[:-1], exp[:-1]
     keep = exp > 0
     obs, exp = obs[keep], exp[keep]
+    if obs.numel() < 2:
+        raise ValueError(
+            f"{int(total)} draws are too few to test: fewer than two cells expect {MIN_EXPECTED:g} or more draws"
+        )
     statistic = float(((obs - exp) ** 2 / exp).sum())
-    dof = max(int(obs.numel()) - 1, 1)
+    dof = int(obs.numel()) - 1
     # survival function of chi-square(dof): the regularised upper incomplete gamma function
     p_value = float(
         torch.special.gammaincc(

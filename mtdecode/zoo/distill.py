@@ -175,7 +175,7 @@ def soft_loss(draft, batch: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
     return loss, agree
 
 
-def train(work: Path, *, steps: int = 600, batch: int = 8, lr: float = 4e-4, seed: int = 0) -> None:
+def train(work: Path, *, steps: int = 500, batch: int = 8, lr: float = 4e-4, seed: int = 0) -> None:
     """Train the draft on the stored soft labels; checkpoint every 25 steps and resume from the last."""
     from tqdm import tqdm
 
