@@ -14,7 +14,7 @@ import torch
 from tqdm import tqdm
 
 import mtdecode
-from mtdecode.strategies import Autoregressive
+from mtdecode.testing import greedy_tokens, hf_greedy_tokens
 
 PROMPTS = [
     "What is the capital of France? Answer in one sentence.",
@@ -24,29 +24,11 @@ PROMPTS = [
 ]
 
 
-def ours(model, ids: list[int], new_tokens: int) -> tuple[list[int], float]:
+def timed(decode, model, ids: list[int], new_tokens: int) -> tuple[list[int], float]:
+    """Run one greedy decoder (EOS off, so both produce exactly `new_tokens`) and time it."""
     start = time.perf_counter()
-    result = mtdecode.generate(model, ids, Autoregressive(), max_new_tokens=new_tokens)
-    return result.tokens[0].tolist(), time.perf_counter() - start
-
-
-def theirs(model, ids: list[int], new_tokens: int) -> tuple[list[int], float]:
-    hf = model.hf
-    x = torch.tensor([ids])
-    start = time.perf_counter()
-    out = hf.generate(
-        x,
-        attention_mask=torch.ones_like(x),
-        do_sample=False,
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        eos_token_id=None,
-        pad_token_id=hf.config.pad_token_id,
-        top_k=None,
-        top_p=None,
-        temperature=None,
-    )
-    return out[0, len(ids) :].tolist(), time.perf_counter() - start
+    tokens = decode(model, ids, new_tokens)
+    return tokens, time.perf_counter() - start
 
 
 def main() -> None:
@@ -62,15 +44,16 @@ def main() -> None:
         ]
         for p in PROMPTS
     ]
-    ours(model, prompts[0], 8), theirs(model, prompts[0], 8)  # warm-up
+    ours, theirs = greedy_tokens, hf_greedy_tokens  # mtdecode Autoregressive / transformers generate
+    timed(ours, model, prompts[0], 8), timed(theirs, model, prompts[0], 8)  # warm-up
 
     time_ours, time_theirs, identical = 0.0, 0.0, 0
     ratios = []
     runs = [(r, i) for r in range(args.rounds) for i in range(len(prompts))]
     for r, i in tqdm(runs, desc="interleaved runs", unit="prompt"):
         order = (ours, theirs) if (r + i) % 2 == 0 else (theirs, ours)  # alternate who goes first
-        timed = {f: f(model, prompts[i], args.new_tokens) for f in order}
-        (a, ta), (b, tb) = timed[ours], timed[theirs]
+        runs_here = {f: timed(f, model, prompts[i], args.new_tokens) for f in order}
+        (a, ta), (b, tb) = runs_here[ours], runs_here[theirs]
         time_ours += ta
         time_theirs += tb
         ratios.append(tb / ta)
