@@ -95,6 +95,7 @@ def _load_draft(dtype: torch.dtype):
     if unexpected or [k for k in missing if k != "lm_head.weight"]:
         raise RuntimeError(f"draft weights do not fit: missing {missing}, unexpected {unexpected}")
     model.tie_weights()
+    model.freeze_head()
     return model.to(dtype)
 
 

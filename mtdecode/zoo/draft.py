@@ -20,8 +20,15 @@ class SubsetHeadLlama(LlamaForCausalLM):
     def __init__(self, config, head_token_ids: Int[Tensor, " head"]) -> None:
         super().__init__(config)
         self.register_buffer("head_token_ids", head_token_ids.long().clone(), persistent=True)
+        self.register_buffer("head_cache", None, persistent=False)  # set by freeze_head(); moves with .to()
+
+    def freeze_head(self) -> None:
+        """Gather the head's embedding rows once (for inference: the embedding no longer changes)."""
+        self.head_cache = self.model.embed_tokens.weight[self.head_token_ids].detach().clone()
 
     def head_weight(self) -> Float[Tensor, "head dim"]:
+        if self.head_cache is not None and not self.training:
+            return self.head_cache
         return self.model.embed_tokens.weight[self.head_token_ids]
 
     def subset_logits(self, hidden: Float[Tensor, "*rows dim"]) -> Float[Tensor, "*rows head"]:
