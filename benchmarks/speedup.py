@@ -4,7 +4,7 @@ Each prompt is decoded by the baseline and by every strategy, in an order that r
 from prompt to prompt, in one process; the ratio of summed times is the speed-up. Also
 printed: tokens per target forward and whether the output equals greedy's.
 
-    python benchmarks/speedup.py [--strategies speculative] [--rounds 2] [--new-tokens 96]
+    python benchmarks/speedup.py [--strategies speculative] [--draft-tokens 2 3 4] [--rounds 2] [--new-tokens 96]
 """
 
 import argparse
@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--draft-tokens", type=int, nargs="+", default=[4], help="guesses per step to compare")
     args = parser.parse_args()
 
     model, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
@@ -40,7 +41,11 @@ def main() -> None:
     )
     contenders = {"autoregressive": Autoregressive()}
     for name in args.strategies:
-        contenders[name] = REGISTRY[name](draft=draft) if needs_draft(REGISTRY[name]) else REGISTRY[name]()
+        if needs_draft(REGISTRY[name]):
+            for k in args.draft_tokens:
+                contenders[f"{name} (k={k})"] = REGISTRY[name](draft=draft, num_draft_tokens=k)
+        else:
+            contenders[name] = REGISTRY[name]()
     prompts = [
         tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)["input_ids"]
         for p in PROMPTS
