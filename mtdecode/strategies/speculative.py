@@ -125,9 +125,9 @@ def commit(s: Session, draft: Runner, tokens: list[int], *, drafted: int, accept
     step = s.commit(tokens, drafted=drafted, accepted=accepted)
     # If every guess was accepted, the draft has not read the last one yet: feed it now, so
     # that both caches hold the committed tokens but the newest.
-    unread = s.tokens[draft.cache.length : len(s.tokens) - 1]
-    if unread:
-        draft.extend(unread)
+    missing = s.tokens[draft.cache.length : len(s.tokens) - 1]
+    if missing:
+        draft.extend(missing)
         draft.cache.commit()
     return step
 
