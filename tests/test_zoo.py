@@ -29,3 +29,41 @@ def test_a_local_folder_loads(tmp_path):
 
     model = mtdecode.load_model(str(tmp_path), dtype=torch.float64)
     assert type(model.hf).__name__ == "Qwen2ForCausalLM" and not model.hf.training
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 2), (1, 5), (2, 3), (1, 8), (1, 9), (1, 40)])
+def test_skinny_matmul_is_the_same_product(shape):
+    import torch
+
+    from mtdecode.zoo.skinny import skinny_matmul
+
+    g = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(*shape, 24, generator=g), torch.randn(40, 24, generator=g)
+    torch.testing.assert_close(skinny_matmul(x, weight), x @ weight.T)
+
+
+def test_skinny_linears_switch_both_ways_and_keep_the_logits():
+    import torch
+    from torch import nn
+
+    from mtdecode.zoo.skinny import SkinnyLinear, skinny_linears
+
+    model = tiny_model("llama")
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    plain = model(ids).logits
+    skinny_linears(model)
+    kinds = {type(m) for m in model.modules() if isinstance(m, nn.Linear)}
+    assert kinds == {SkinnyLinear}
+    torch.testing.assert_close(model(ids).logits, plain)
+    skinny_linears(model, enable=False)
+    assert {type(m) for m in model.modules() if isinstance(m, nn.Linear)} == {nn.Linear}
+
+
+def test_load_model_uses_skinny_linears_on_cpu(tmp_path):
+    import torch
+
+    from mtdecode.zoo.skinny import SkinnyLinear
+
+    tiny_model("llama").save_pretrained(tmp_path)
+    model = mtdecode.load_model(str(tmp_path), dtype=torch.float64)
+    assert isinstance(model.hf.lm_head, SkinnyLinear)

@@ -1,0 +1,49 @@
+"""Faster linear layers for a few rows at a time on CPU.
+
+Multi-token strategies feed the target 2 to 8 tokens per forward. On this project's CPU
+(torch 2.13, MKL) `F.linear` over 2 or 3 rows costs about as much as 2 or 3 separate
+one-row products, so verifying k guesses costs nearly k greedy steps. Computing the same
+product as `(weight @ x.T).T` takes a faster MKL path: measured with
+`python benchmarks/forward_cost.py --skinny both`, SmolLM2's forward over 2 to 5 new tokens
+then costs about what a 1-token forward costs.
+
+The result is the same product summed in a different order, so it can differ from
+`F.linear` in the last bits; like any change of batch shape, it does not change what a
+strategy computes, only rounding. `load_model` applies it to CPU models it builds;
+`skinny_linears(model)` applies it to any model.
+"""
+
+import torch
+from torch import nn
+
+from mtdecode.tensor_types import Float, Tensor
+
+#: row counts up to this use the transposed product (measured crossover: about 8 to 12 rows)
+MAX_SKINNY_ROWS = 8
+
+
+def skinny_matmul(x: Float[Tensor, "*rows dim_in"], weight: Float[Tensor, "dim_out dim_in"]) -> Float[Tensor, "*rows dim_out"]:
+    """`x @ weight.T`, taking the faster path for 2 to `MAX_SKINNY_ROWS` rows on CPU."""
+    rows = x.numel() // x.shape[-1]
+    if x.device.type != "cpu" or not 2 <= rows <= MAX_SKINNY_ROWS:
+        return x @ weight.T
+    flat = x.reshape(rows, x.shape[-1])  # (rows, dim_in)
+    return (weight @ flat.T).T.reshape(*x.shape[:-1], weight.shape[0])
+
+
+class SkinnyLinear(nn.Linear):
+    """An `nn.Linear` whose forward is `skinny_matmul` (same parameters, same state dict)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = skinny_matmul(x, self.weight)
+        return y if self.bias is None else y + self.bias
+
+
+def skinny_linears(model: nn.Module, enable: bool = True) -> nn.Module:
+    """Switch every plain `nn.Linear` in `model` to `SkinnyLinear` (or back, with `enable=False`),
+    in place; returns `model`."""
+    old, new = (nn.Linear, SkinnyLinear) if enable else (SkinnyLinear, nn.Linear)
+    for module in model.modules():
+        if type(module) is old:
+            module.__class__ = new
+    return model
