@@ -13,7 +13,6 @@ strategy computes, only rounding. `load_model` applies it to CPU models it build
 `skinny_linears(model)` applies it to any model.
 """
 
-import torch
 from torch import nn
 
 from mtdecode.tensor_types import Float, Tensor
@@ -22,7 +21,9 @@ from mtdecode.tensor_types import Float, Tensor
 MAX_SKINNY_ROWS = 8
 
 
-def skinny_matmul(x: Float[Tensor, "*rows dim_in"], weight: Float[Tensor, "dim_out dim_in"]) -> Float[Tensor, "*rows dim_out"]:
+def skinny_matmul(
+    x: Float[Tensor, "*rows dim_in"], weight: Float[Tensor, "dim_out dim_in"]
+) -> Float[Tensor, "*rows dim_out"]:
     """`x @ weight.T`, taking the faster path for 2 to `MAX_SKINNY_ROWS` rows on CPU."""
     rows = x.numel() // x.shape[-1]
     if x.device.type != "cpu" or not 2 <= rows <= MAX_SKINNY_ROWS:
