@@ -92,7 +92,7 @@ class CausalLM:
         mask: Mask4D,
         cache: KVCache,
         *,
-        logits_to_keep: int = 0,
+        logits_to_keep: int | Int[Tensor, " rows"] = 0,
     ) -> Float[Tensor, "batch rows vocab"]:
         """Run the model over `input_ids` on top of `cache`, appending their keys and values to it.
 
@@ -103,11 +103,13 @@ class CausalLM:
         - `mask`: `(batch, 1, new, cache.length + new)`; `True` = may attend. The columns are
           the cached entries followed by the new tokens.
         - `cache`: the model's `KVCache`; the new entries become pending in it.
-        - `logits_to_keep`: if > 0, only the last `logits_to_keep` rows of logits are computed.
+        - `logits_to_keep`: if an int > 0, only the last `logits_to_keep` rows of logits are
+          computed; if a 1-D tensor of row indices, only those rows, in that order.
 
         **Returns:**
 
-        Logits of shape `(batch, rows, vocab)`: `rows` is `new`, or `logits_to_keep` if that is > 0.
+        Logits of shape `(batch, rows, vocab)`: `rows` is `new`, `logits_to_keep` if that is an
+        int > 0, or the number of indices given.
         """
         batch, num_new = input_ids.shape
         expected = (batch, 1, num_new, cache.length + num_new)
@@ -167,10 +169,10 @@ class Runner:
         positions: Int[Tensor, " new"],
         mask: Bool[Tensor, "query key"],
         *,
-        logits_to_keep: int = 0,
+        logits_to_keep: int | Int[Tensor, " rows"] = 0,
     ) -> Float[Tensor, "rows vocab"]:
         """Feed `tokens` at `positions` with a 2-D `mask` over (cache + new); return their logits
-        (`rows` = all new tokens, or the last `logits_to_keep`)."""
+        (`rows` = all new tokens, the last `logits_to_keep`, or the rows it lists)."""
         self.forwards += 1
         logits = self.model.forward(
             tokens[None], positions[None], mask[None, None], self.cache, logits_to_keep=logits_to_keep

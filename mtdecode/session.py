@@ -78,6 +78,10 @@ class Session:
         self.runners.append(runner)
         return runner
 
+    def unread(self, runner: Runner) -> list[int]:
+        """Committed tokens `runner`'s model has not read yet: the whole prompt at first, then the newest token."""
+        return self.tokens[runner.cache.length :]
+
     @property
     def new_tokens(self) -> list[int]:
         return self.tokens[self.prompt_length :]

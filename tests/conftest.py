@@ -38,3 +38,12 @@ def _devices():
 
 #: parametrise a test over every device torch can use (CUDA skipped, with the reason, where absent)
 DEVICES = list(_devices())
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny forwards are dominated by thread hand-offs; one thread is several times faster."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -20,7 +20,7 @@ from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import check_distribution
 from mtdecode.testing.models import perturbed
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 SAMPLES = 20_000
 FALSE_ALARM = 1e-3
@@ -29,15 +29,6 @@ SETTINGS = {
     "plain": Sampler(temperature=1.0),
     "top-k and top-p": Sampler(temperature=0.8, top_k=5, top_p=0.9),
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny forwards are dominated by thread hand-offs; one thread is several times faster."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @functools.cache

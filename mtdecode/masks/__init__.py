@@ -1,6 +1,7 @@
 """Attention-mask builders shared by every strategy, and a `plot` helper for the docs."""
 
 from mtdecode.masks.build import causal, chain_parents, tree, tree_positions
+from mtdecode.masks.lookahead import LookaheadLayout
 from mtdecode.masks.plot import plot
 
-__all__ = ["causal", "chain_parents", "plot", "tree", "tree_positions"]
+__all__ = ["LookaheadLayout", "causal", "chain_parents", "plot", "tree", "tree_positions"]

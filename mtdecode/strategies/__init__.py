@@ -8,12 +8,18 @@ says whether it must be given a draft model.
 import dataclasses
 
 from mtdecode.strategies.autoregressive import Autoregressive
+from mtdecode.strategies.jacobi import Jacobi
+from mtdecode.strategies.lookahead import Lookahead
+from mtdecode.strategies.prompt_lookup import PromptLookup
 from mtdecode.strategies.speculative import Speculative
 
 #: strategy name -> class; every strategy added to the library is listed here
 REGISTRY: dict[str, type] = {
     "autoregressive": Autoregressive,
     "speculative": Speculative,
+    "jacobi": Jacobi,
+    "prompt_lookup": PromptLookup,
+    "lookahead": Lookahead,
 }
 
 
@@ -22,4 +28,4 @@ def needs_draft(strategy_class: type) -> bool:
     return any(f.name == "draft" for f in dataclasses.fields(strategy_class))
 
 
-__all__ = ["REGISTRY", "Autoregressive", "Speculative", "needs_draft"]
+__all__ = ["REGISTRY", "Autoregressive", "Jacobi", "Lookahead", "PromptLookup", "Speculative", "needs_draft"]

@@ -54,16 +54,11 @@ class Speculative:
         draft = s.runner(_checked_draft(self.draft, s.target.model), role="draft")
         while not s.done:
             k = min(self.num_draft_tokens, s.remaining - 1)  # the step adds one token of its own
-            guesses, q = draft_tokens(draft, unread(s, draft), k, s.sampler, s.generator)
-            p = verify(s.target, unread(s, s.target), guesses, s.sampler)
+            guesses, q = draft_tokens(draft, s.unread(draft), k, s.sampler, s.generator)
+            p = verify(s.target, s.unread(s.target), guesses, s.sampler)
             accepted = accept(guesses, p[:k], q, s.generator)
             new_token = correct(p, q, accepted, s.generator)
             yield commit(s, draft, guesses[:accepted] + [new_token], drafted=k, accepted=accepted)
-
-
-def unread(s: Session, runner: Runner) -> list[int]:
-    """Committed tokens the runner's model has not read yet: the whole prompt at first, then the newest token."""
-    return s.tokens[runner.cache.length :]
 
 
 def draft_tokens(

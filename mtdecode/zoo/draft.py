@@ -54,7 +54,9 @@ class SubsetHeadLlama(LlamaForCausalLM):
             **kwargs,
         )
         hidden = out.last_hidden_state
-        if logits_to_keep:
+        if isinstance(logits_to_keep, torch.Tensor):
+            hidden = hidden[:, logits_to_keep]
+        elif logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
         subset = self.subset_logits(hidden)  # (batch, rows, head)
         logits = subset.new_full((*subset.shape[:-1], self.config.vocab_size), -torch.inf)

@@ -1,0 +1,205 @@
+"""Lookahead decoding (Fu, Bailis, Stoica, Zhang, ICML 2024): Jacobi iteration feeds an n-gram pool,
+and n-grams from the pool are verified, both in the same forward pass.
+
+The target guesses its own future; no draft model. Three parameters (the paper's names):
+W, the window's width; N, the n-gram size; G, how many candidates are verified per step.
+
+- The **lookahead branch** is a window of N-1 rows by W columns: the last N-1 Jacobi
+  iterates. Column j read top to bottom, then the model's prediction under its last cell,
+  is an n-gram: W new n-grams per step (Section 3.1, Figure 2).
+- The **pool** keeps those n-grams keyed by their first token, at most G per key, the least
+  recently used dropped (Section 3.2). It can also be seeded with the prompt's n-grams.
+- The **verification branch** is up to G pool n-grams whose first token is x0, the newest
+  committed token; they are verified by `mtdecode.verification` (Section 3.3; exact greedy
+  at temperature 0, exactly p when sampling).
+- Both branches go through ONE forward pass, with the mask and positions of
+  `mtdecode.masks.LookaheadLayout`. Afterwards only the accepted candidate tokens' cache
+  entries survive (`KVCache.keep`).
+
+Warm-up (as the paper's code does it): the window starts as one row of W + N - 3 tokens drawn
+from the prompt and grows a row per step, each row dropping one column, until it has N-1
+rows of W columns; the pool fills from then on. Per step, with x0 the newest committed token:
+
+1. candidates: up to G pool n-grams keyed by x0;
+2. one forward over [unread tokens .. x0][window][candidates] (`lookahead_step`);
+3. verify the candidates and keep the accepted tokens' cache entries (`verify_and_keep`);
+4. the predictions under the window's last row are the new row; a full window gives W n-grams;
+5. slide the window.
+
+If W, N or G is left as None, it is chosen from the measured forward cost of the model on
+its device (`mtdecode.tuning`): the paper's A100 defaults (W=7, N=5, G=7, about 56 tokens
+per forward) are slower than greedy on a small CPU.
+"""
+
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from mtdecode import tuning
+from mtdecode.masks import LookaheadLayout
+from mtdecode.session import Session, Step
+from mtdecode.strategies.jacobi import prompt_tokens
+from mtdecode.tensor_types import Float, Tensor
+from mtdecode.verification import verify_candidates
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    """Lookahead decoding with a W-wide, (N-1)-deep Jacobi window and up to G verified n-grams.
+
+    **Arguments:**
+
+    - `window`: W, the window's width (at least 1); None: chosen by `mtdecode.tuning`.
+    - `ngram`: N, the n-gram size (at least 2); None: chosen by `mtdecode.tuning`.
+    - `guesses`: G, candidates verified per step and n-grams kept per key (at least 0); None: tuned.
+    - `prompt_pool`: also put the prompt's n-grams in the pool.
+    """
+
+    window: int | None = None
+    ngram: int | None = None
+    guesses: int | None = None
+    prompt_pool: bool = False
+    max_batch_size: int = field(default=1, init=False)
+
+    def __post_init__(self) -> None:
+        for name, least in (("window", 1), ("ngram", 2), ("guesses", 0)):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise ValueError(f"{name} must be None (tuned) or an integer >= {least}, got {value!r}")
+
+    def decode(self, s: Session) -> Iterator[Step]:
+        w, n, g = tuning.lookahead_settings(s.target.model, self.window, self.ngram, self.guesses)
+        pool = NgramPool(per_key=g)
+        if self.prompt_pool:
+            pool.add_all(s.tokens, n)
+        window = Window([prompt_tokens(s, w + n - 3)], depth=n - 1)  # warm-up start: one row, plus x0
+        while not s.done:
+            grid = window.grid(x0=s.tokens[-1])
+            candidates = pool.candidates(s.tokens[-1], length=min(n - 1, s.remaining - 1))
+            step, new_row = lookahead_step(s, window, candidates)
+            yield step
+            if window.full:
+                pool.add_columns(grid, new_row)
+            window.slide(new_row)
+
+
+class NgramPool:
+    """n-grams keyed by their first token; at most `per_key` continuations per key, least recently used dropped."""
+
+    def __init__(self, per_key: int) -> None:
+        self.per_key = per_key
+        self.table: dict[int, OrderedDict[tuple[int, ...], None]] = {}
+
+    def add(self, ngram: Sequence[int]) -> None:
+        """Put `ngram` under its first token; an n-gram already there becomes the most recent."""
+        if self.per_key == 0:
+            return
+        continuations = self.table.setdefault(ngram[0], OrderedDict())
+        rest = tuple(ngram[1:])
+        continuations[rest] = None
+        continuations.move_to_end(rest)
+        if len(continuations) > self.per_key:
+            continuations.popitem(last=False)
+
+    def add_all(self, tokens: Sequence[int], n: int) -> None:
+        """Every n-gram of `tokens`, in order."""
+        for start in range(len(tokens) - n + 1):
+            self.add(tokens[start : start + n])
+
+    def add_columns(self, grid: list[list[int]], new_row: list[int]) -> None:
+        """Section 3.2: column j of a full window, then the prediction under it, is an n-gram."""
+        for j, prediction in enumerate(new_row):
+            self.add([row[j] for row in grid] + [prediction])
+
+    def candidates(self, key: int, length: int) -> list[list[int]]:
+        """The continuations of `key` cut to `length` tokens, most recent first, without repeats."""
+        if length < 1:
+            return []
+        cut = (rest[:length] for rest in reversed(self.table.get(key, ())))
+        return [list(rest) for rest in dict.fromkeys(cut)]
+
+
+class Window:
+    """The lookahead branch: rows of Jacobi guesses; cell (0, 0) is always x0, the newest committed token.
+
+    Row 0 is stored without x0 (`columns - 1` tokens); rows 1.. have `columns` tokens. Warm-up
+    (as the paper's code does it) starts from one row of W + N - 3 tokens: each step adds a
+    row and drops a column, so after N - 2 steps the window has N - 1 rows of W columns.
+    """
+
+    def __init__(self, rows: list[list[int]], depth: int) -> None:
+        self.rows = rows
+        self.depth = depth  # N - 1, the number of rows once warmed up
+
+    @property
+    def columns(self) -> int:
+        return len(self.rows[0]) + 1
+
+    @property
+    def full(self) -> bool:
+        return len(self.rows) == self.depth
+
+    def grid(self, x0: int) -> list[list[int]]:
+        """The rows with x0 put in front of row 0."""
+        return [[x0, *self.rows[0]], *self.rows[1:]]
+
+    def slide(self, new_row: list[int]) -> None:
+        """Move the window one Jacobi iteration on, after the step committed a token.
+
+        While warming up, every row (and the new one) drops its first column, the position
+        just committed, and the new row is added below. Once full, every row moves up a level:
+        row 1 becomes row 0 (its first cell is now the committed token), the new row comes last.
+        """
+        if not self.full:
+            self.rows = [row[1:] for row in self.rows] + [new_row[1:]]
+        else:
+            levels = [*self.rows[1:], new_row]
+            self.rows = [levels[0][1:], *levels[1:]]
+
+
+def lookahead_step(s: Session, window: Window, candidates: list[list[int]]) -> tuple[Step, list[int]]:
+    """One forward over the unread tokens, the window and the candidates; verify; keep the accepted entries.
+
+    **Returns:**
+
+    The committed `Step`, and the new window row: the target's prediction under each cell of
+    the window's last row.
+    """
+    context = s.unread(s.target)  # [.., x0]
+    length = len(candidates[0]) if candidates else 0
+    layout = LookaheadLayout(len(context), len(window.rows), window.columns, len(candidates), length)
+    ids = context + [token for row in window.rows for token in row] + [t for c in candidates for t in c]
+    device = s.device
+    prefix = s.target.cache.length
+    last_row = layout.row(layout.rows - 1)
+    candidate_rows = [layout.candidate(c, k) for c in range(len(candidates)) for k in range(length)]
+    wanted = torch.tensor([layout.cell(0, 0), *last_row, *candidate_rows], device=device)
+    logits = s.target.forward(
+        torch.tensor(ids, device=device),
+        layout.positions(prefix, device),
+        layout.mask(prefix, device),
+        logits_to_keep=wanted,
+    )  # (1 + columns + candidates * length, vocab)
+    new_row = logits[1 : 1 + layout.columns].argmax(dim=-1).tolist()
+    step = verify_and_keep(s, layout, candidates, logits[0], logits[1 + layout.columns :])
+    return step, new_row
+
+
+def verify_and_keep(
+    s: Session,
+    layout: LookaheadLayout,
+    candidates: list[list[int]],
+    x0_logits: Float[Tensor, " vocab"],
+    candidate_logits: Float[Tensor, "rows vocab"],
+) -> Step:
+    """Section 3.3: verify the candidates, keep the cache entries of the context and the accepted tokens."""
+    p_first = s.sampler.probs(x0_logits)
+    vocab = x0_logits.shape[-1]
+    p_after = s.sampler.probs(candidate_logits).reshape(layout.candidates, layout.length, vocab)
+    proposed = torch.tensor(candidates, dtype=torch.long, device=s.device).reshape(layout.candidates, layout.length)
+    verdict = verify_candidates(p_first, p_after, proposed, s.generator)
+    accepted = [layout.candidate(verdict.candidate, k) for k in range(verdict.accepted)]
+    s.target.cache.keep(list(range(layout.context)) + accepted)  # the window and the other candidates go
+    return s.commit(verdict.tokens, drafted=layout.length, accepted=verdict.accepted)

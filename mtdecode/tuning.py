@@ -1,0 +1,111 @@
+"""Choosing lookahead's W, N and G for the model and device at hand.
+
+A lookahead step feeds (W + G)(N - 1) tokens: the window's N - 1 rows of W (x0 included)
+and G candidates of N - 1. Whether that pays depends on how the forward cost grows with
+the number of tokens. On a large GPU it hardly grows up to a few hundred tokens, which is
+why the paper's defaults are W = 7, N = 5, G = 7 (56 tokens); on a 2-core CPU a forward over
+8 tokens already costs about 1.4 times a 1-token forward (`benchmarks/forward_cost.py`).
+
+`forward_costs` measures that growth once per model and device (cached for the process);
+`choose` then picks the (W, N, G) with the best predicted tokens per second:
+
+    predicted speed-up = (1 + E[accepted]) / (cost((W + G)(N - 1)) / cost(1))
+
+E[accepted] comes from a deliberately simple model: each of min(G, W) useful candidates
+(the window adds W n-grams a step) matches the next i tokens with probability a^i,
+independently, so P(accepted >= i) = 1 - (1 - a^i)^min(G, W) for i = 1..N-1. The hit rate a
+(`HIT_RATE`) is an assumption, not a measurement of the text being decoded; the settings it
+yields are a starting point that `benchmarks/speedup.py` checks.
+"""
+
+import statistics
+import time
+import weakref
+
+import torch
+
+from mtdecode.model import CausalLM, Runner
+
+#: numbers of new tokens whose forward cost is measured
+SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+#: assumed chance that a pool candidate's next token matches (see the module docstring)
+HIT_RATE = 0.3
+#: the search space of `choose`
+MAX_WINDOW, MAX_NGRAM, MAX_GUESSES = 16, 8, 16
+
+_COSTS: "weakref.WeakKeyDictionary[CausalLM, dict[str, dict[int, float]]]" = weakref.WeakKeyDictionary()
+
+
+def forward_costs(model: CausalLM, *, context: int = 64, repeats: int = 3) -> dict[int, float]:
+    """Median seconds of one forward over n new tokens after a `context`-token cache, for n in `SIZES`.
+
+    Measured the first time per model and device, then served from a cache.
+    """
+    per_device = _COSTS.setdefault(model, {})
+    key = str(model.device)
+    if key not in per_device:
+        per_device[key] = _measure(model, context, repeats)
+    return per_device[key]
+
+
+def _measure(model: CausalLM, context: int, repeats: int) -> dict[int, float]:
+    tokens = torch.randint(0, model.vocab_size, (context + max(SIZES),), generator=torch.Generator().manual_seed(0))
+    tokens = tokens.tolist()
+    times: dict[int, list[float]] = {n: [] for n in SIZES}
+    runner = Runner(model, "tuning")
+    runner.extend(tokens[:context])
+    runner.cache.commit()
+    for _ in range(repeats):
+        for n in SIZES:  # interleaved, so a busy moment on the machine hits every size alike
+            start = time.perf_counter()
+            runner.extend(tokens[context : context + n], logits_to_keep=n)
+            times[n].append(time.perf_counter() - start)
+            runner.cache.crop(context)
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
+def relative_cost(costs: dict[int, float], tokens: int) -> float:
+    """cost(tokens) / cost(1), interpolated linearly between measured sizes (extrapolated past the largest)."""
+    sizes = sorted(costs)
+    below = max([n for n in sizes if n <= tokens], default=sizes[0])
+    above = min([n for n in sizes if n >= tokens], default=None)
+    if above is None:  # past the largest size: continue the last segment's slope
+        below, above = sizes[-2], sizes[-1]
+    if above == below:
+        return costs[below] / costs[1]
+    slope = (costs[above] - costs[below]) / (above - below)
+    return (costs[below] + slope * (tokens - below)) / costs[1]
+
+
+def expected_tokens(w: int, n: int, g: int, hit_rate: float = HIT_RATE) -> float:
+    """Predicted tokens per step: 1 + sum over i = 1..N-1 of 1 - (1 - a^i)^min(G, W)."""
+    useful = min(g, w)
+    return 1 + sum(1 - (1 - hit_rate**i) ** useful for i in range(1, n))
+
+
+def choose(
+    costs: dict[int, float],
+    window: int | None = None,
+    ngram: int | None = None,
+    guesses: int | None = None,
+    hit_rate: float = HIT_RATE,
+) -> tuple[int, int, int]:
+    """The (W, N, G) with the best predicted speed-up; a value given is kept as it is."""
+    best: tuple[float, tuple[int, int, int]] | None = None
+    for w in [window] if window is not None else range(1, MAX_WINDOW + 1):
+        for n in [ngram] if ngram is not None else range(2, MAX_NGRAM + 1):
+            for g in [guesses] if guesses is not None else range(0, MAX_GUESSES + 1):
+                speed = expected_tokens(w, n, g, hit_rate) / relative_cost(costs, (w + g) * (n - 1))
+                if best is None or speed > best[0]:
+                    best = (speed, (w, n, g))
+    assert best is not None  # every range above is non-empty
+    return best[1]
+
+
+def lookahead_settings(
+    model: CausalLM, window: int | None, ngram: int | None, guesses: int | None
+) -> tuple[int, int, int]:
+    """(W, N, G): the values given, and for any left as None the best choice for this model and device."""
+    if window is not None and ngram is not None and guesses is not None:
+        return window, ngram, guesses
+    return choose(forward_costs(model), window, ngram, guesses)

@@ -1,0 +1,187 @@
+"""Jacobi, prompt lookup and lookahead decoding: greedy parity (float64), the one-forward
+lookahead input equals each branch run on its own, the pool, the tuned settings, and clear
+errors for bad settings. The statistical tests are in test_lookahead_sampling.py."""
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mtdecode
+from mtdecode import masks, tuning
+from mtdecode.model import Runner
+from mtdecode.strategies import Jacobi, Lookahead, PromptLookup
+from mtdecode.strategies.lookahead import NgramPool, Window
+from mtdecode.strategies.prompt_lookup import lookup
+from mtdecode.testing import assert_greedy_parity, greedy_tokens, tiny_model
+
+VOCAB = 16  # small, so that greedy text repeats and guesses are often right
+
+
+@functools.cache
+def model(family: str = "llama"):
+    return tiny_model(family, vocab_size=VOCAB, seed=3)
+
+
+prompts = st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12)
+budgets = st.integers(0, 24)
+eos_positions = st.none() | st.integers(0, 23)
+
+
+def eos_token(family, prompt, eos_at):
+    return None if eos_at is None else greedy_tokens(model(family), prompt, 24)[eos_at]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@given(prompt=prompts, block=st.integers(1, 9), max_new_tokens=budgets, eos_at=eos_positions)
+def test_jacobi_greedy_equals_autoregressive(family, prompt, block, max_new_tokens, eos_at):
+    eos = eos_token(family, prompt, eos_at)
+    assert_greedy_parity(model(family), prompt, Jacobi(block), max_new_tokens=max_new_tokens, eos_token_id=eos)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@given(prompt=prompts, ngram=st.integers(1, 4), k=st.integers(1, 10), max_new_tokens=budgets, eos_at=eos_positions)
+def test_prompt_lookup_greedy_equals_autoregressive(family, prompt, ngram, k, max_new_tokens, eos_at):
+    eos = eos_token(family, prompt, eos_at)
+    strategy = PromptLookup(ngram, k)
+    assert_greedy_parity(model(family), prompt, strategy, max_new_tokens=max_new_tokens, eos_token_id=eos)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@given(
+    prompt=prompts,
+    w=st.integers(1, 6),
+    n=st.integers(2, 5),
+    g=st.integers(0, 6),
+    prompt_pool=st.booleans(),
+    max_new_tokens=budgets,
+    eos_at=eos_positions,
+)
+def test_lookahead_greedy_equals_autoregressive(family, prompt, w, n, g, prompt_pool, max_new_tokens, eos_at):
+    eos = eos_token(family, prompt, eos_at)
+    strategy = Lookahead(w, n, g, prompt_pool=prompt_pool)
+    assert_greedy_parity(model(family), prompt, strategy, max_new_tokens=max_new_tokens, eos_token_id=eos)
+
+
+@pytest.mark.parametrize(
+    "strategy", [Jacobi(4), PromptLookup(2, 6), Lookahead(4, 4, 4), Lookahead(7, 5, 7, prompt_pool=True)]
+)
+def test_guesses_are_accepted_on_repetitive_text(strategy):
+    """The parity tests above are not vacuous: on this model's greedy text (16 tokens, so it
+    repeats itself), guesses get accepted."""
+    result = assert_greedy_parity(model(), [1, 2, 3, 4, 1, 2, 3], strategy, max_new_tokens=60)
+    assert result.stats.tokens_per_forward > 1.1, result.stats
+    assert sum(step.accepted for step in result.steps) >= 8
+
+
+def test_one_forward_equals_each_branch_on_its_own():
+    """Every row of the lookahead input gives the logits that a plain left-to-right forward over
+    the tokens it may see (by the rule) gives, at the positions that rule assigns."""
+    m = model()
+    gen = torch.Generator().manual_seed(0)
+    prefix_tokens = torch.randint(VOCAB, (5,), generator=gen).tolist()
+    layout = masks.LookaheadLayout(context=2, rows=3, columns=4, candidates=2, length=3)
+    ids = torch.randint(VOCAB, (layout.size,), generator=gen)
+    runner = Runner(mtdecode.model.CausalLM.wrap(m), "target")
+    runner.extend(prefix_tokens)
+    runner.cache.commit()
+    logits = runner.forward(ids, layout.positions(len(prefix_tokens)), layout.mask(len(prefix_tokens)))
+    context = list(range(layout.context))
+
+    def seen_by(index: int) -> list[int]:
+        for r in range(layout.rows):
+            for j in range(layout.columns):
+                if layout.cell(r, j) == index and index >= layout.context:
+                    row0 = [layout.cell(0, jj) for jj in range(1, j + 1)]
+                    return context + row0 + [layout.cell(rr, j) for rr in range(1, r + 1)]
+        for c in range(layout.candidates):
+            for k in range(layout.length):
+                if layout.candidate(c, k) == index:
+                    return context + [layout.candidate(c, kk) for kk in range(k + 1)]
+        return list(range(index + 1))  # a context token: the context up to it
+
+    for index in range(layout.size):
+        sequence = prefix_tokens + ids[seen_by(index)].tolist()
+        with torch.no_grad():
+            alone = m(torch.tensor([sequence])).logits[0, -1]
+        torch.testing.assert_close(logits[index], alone, rtol=0, atol=1e-10)
+
+
+def test_window_and_pool_do_not_leak_between_calls():
+    strategy = Lookahead(3, 3, 3)
+    first = mtdecode.generate(model(), [5, 6, 7], strategy, max_new_tokens=30)
+    mtdecode.generate(model(), [1, 2, 3, 4, 1, 2, 3], strategy, max_new_tokens=30)
+    again = mtdecode.generate(model(), [5, 6, 7], strategy, max_new_tokens=30)
+    assert first.tokens.tolist() == again.tokens.tolist()
+    assert [s.accepted for s in first.steps] == [s.accepted for s in again.steps]
+
+
+def test_pool_keeps_the_most_recent_per_key():
+    pool = NgramPool(per_key=2)
+    for ngram in [(1, 2, 3), (1, 4, 5), (2, 0, 0), (1, 2, 3), (1, 6, 7)]:
+        pool.add(ngram)
+    assert pool.candidates(1, length=2) == [[6, 7], [2, 3]]  # (1, 4, 5) was least recently used
+    assert pool.candidates(1, length=1) == [[6], [2]]
+    assert pool.candidates(9, length=2) == [] and pool.candidates(1, length=0) == []
+    empty = NgramPool(per_key=0)
+    empty.add((1, 2))
+    assert empty.candidates(1, length=1) == []
+
+
+def test_window_warms_up_to_n_minus_1_rows_of_w():
+    w, n = 3, 5
+    window = Window([list(range(w + n - 3))], depth=n - 1)
+    shapes = []
+    while not window.full:
+        window.slide(list(range(window.columns)))
+        shapes.append((len(window.rows), window.columns))
+    assert shapes == [(2, 5), (3, 4), (4, 3)]  # N - 2 warm-up steps
+    window.slide([7, 8, 9])
+    assert (len(window.rows), window.columns) == (n - 1, w) and window.rows[-1] == [7, 8, 9]
+
+
+def test_lookup_takes_the_latest_match_and_falls_back_to_shorter_ngrams():
+    assert lookup([1, 2, 3, 9, 1, 2, 3, 8, 7, 1, 2, 3], ngram=3, k=2) == [8, 7]
+    assert lookup([5, 6, 4, 6], ngram=3, k=5) == [4, 6]  # only the 1-gram [6] matches
+    assert lookup([1, 2, 3], ngram=2, k=4) == []
+    assert lookup([1, 1], ngram=3, k=3) == [1]
+
+
+def test_tuning_picks_small_inputs_when_forwards_grow_and_large_ones_when_they_do_not():
+    flat = {n: 1.0 for n in tuning.SIZES}
+    steep = {n: float(n) ** 0.9 for n in tuning.SIZES}
+    w, n, g = tuning.choose(flat)
+    assert (w + g) * (n - 1) >= 40  # a GPU-like profile: the more guesses the better
+    w, n, g = tuning.choose(steep)
+    assert (w + g) * (n - 1) <= 4
+    assert tuning.choose(steep, window=7, ngram=5)[:2] == (7, 5)  # a value given is kept
+    assert tuning.relative_cost({1: 1.0, 4: 2.0, 8: 4.0}, 6) == 3.0
+    assert tuning.relative_cost({1: 1.0, 4: 2.0, 8: 4.0}, 10) == 5.0
+
+
+def test_tuned_lookahead_measures_once_and_decodes_exactly():
+    m = mtdecode.model.CausalLM.wrap(model())
+    result = assert_greedy_parity(m, [1, 2, 3], Lookahead(), max_new_tokens=10)
+    assert result.tokens.shape == (1, 10)
+    costs = tuning.forward_costs(m)
+    assert tuning.forward_costs(m) is costs and set(costs) == set(tuning.SIZES)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Jacobi(0), "block must be an integer >= 1"),
+        (lambda: Jacobi(True), "block must be an integer >= 1"),
+        (lambda: PromptLookup(ngram=0), "ngram must be an integer >= 1"),
+        (lambda: PromptLookup(num_draft_tokens=0), "num_draft_tokens must be an integer >= 1"),
+        (lambda: Lookahead(window=0), "window must be None"),
+        (lambda: Lookahead(ngram=1), "ngram must be None"),
+        (lambda: Lookahead(guesses=-1), "guesses must be None"),
+        (lambda: Lookahead(window=True), "window must be None"),
+    ],
+)
+def test_bad_settings_are_refused(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
