@@ -1,22 +1,33 @@
 """Speed-up of strategies over greedy `Autoregressive` on the default model, measured side by side.
 
-Each prompt is decoded by the baseline and by every strategy, in an order that rotates
+Each prompt is decoded by the baseline and by every contender, in an order that rotates
 from prompt to prompt, in one process; the ratio of summed times is the speed-up. Also
-printed: tokens per target forward and whether the output equals greedy's.
+printed: tokens per target forward and whether the output equals greedy's. Generation
+stops at the model's end-of-turn token or after `--new-tokens`.
 
-    python benchmarks/speedup.py [--strategies speculative] [--draft-tokens 2 3 4] [--rounds 2] [--new-tokens 96]
+Contenders are strategy names from `mtdecode.strategies.REGISTRY` (a strategy with a draft
+runs once per `--draft-tokens` value), plus:
+
+- `lookahead-paper`: `Lookahead(7, 5, 7)`, the paper's README defaults (tuned for an A100);
+- `lookahead-prompt`: the tuned `Lookahead` with its pool seeded from the prompt;
+- `hf-prompt-lookup`: transformers' own `generate(prompt_lookup_num_tokens=10)`.
+
+    python benchmarks/speedup.py [--strategies speculative] [--draft-tokens 2 3 4] [--prompts chat code]
+                                 [--rounds 2] [--new-tokens 96]
 """
 
 import argparse
 import time
+from collections.abc import Callable
 
+import torch
 from tqdm import tqdm
 
 import mtdecode
 from mtdecode.demo import print_table
-from mtdecode.strategies import REGISTRY, Autoregressive, needs_draft
+from mtdecode.strategies import REGISTRY, Autoregressive, Lookahead, needs_draft
 
-PROMPTS = [
+CHAT = [
     "Explain how a refrigerator keeps food cold.",
     "Write a short story about a robot who learns to paint.",
     "What are the main differences between Python lists and tuples?",
@@ -24,11 +35,141 @@ PROMPTS = [
     "Describe the water cycle in simple terms.",
     "Write a haiku about autumn and explain its imagery.",
 ]
+_CODE = {
+    "Rename the variable `total` to `running_sum` in this function and show the whole function:": """
+def average(values):
+    total = 0
+    count = 0
+    for value in values:
+        total += value
+        count += 1
+    if count == 0:
+        return 0
+    return total / count
+""",
+    "Add type hints to this Python function and show the whole function:": """
+def merge_counts(first, second):
+    merged = dict(first)
+    for key, value in second.items():
+        merged[key] = merged.get(key, 0) + value
+    return merged
+""",
+    "Add a docstring to this class and show the whole class:": """
+class Stack:
+    def __init__(self):
+        self.items = []
+
+    def push(self, item):
+        self.items.append(item)
+
+    def pop(self):
+        return self.items.pop()
+
+    def is_empty(self):
+        return len(self.items) == 0
+""",
+    "Rewrite this loop as a list comprehension and show the whole function:": """
+def squares_of_evens(numbers):
+    result = []
+    for n in numbers:
+        if n % 2 == 0:
+            result.append(n * n)
+    return result
+""",
+}
+CODE = [f"{task}\n```python{code}```" for task, code in _CODE.items()]
+PROMPT_SETS = {"chat": CHAT, "code": CODE}
+
+#: a contender decodes a prompt and returns (new tokens, target forwards)
+Contender = Callable[[list[int]], tuple[list[int], int]]
+
+
+def strategy_contender(model, strategy, settings: dict) -> Contender:
+    def run(prompt: list[int]) -> tuple[list[int], int]:
+        result = mtdecode.generate(model, prompt, strategy, **settings)
+        return result.tokens[0].tolist(), result.stats.target_forwards
+
+    return run
+
+
+def hf_prompt_lookup(model, settings: dict) -> Contender:
+    """transformers' prompt-lookup decoding (greedy); its forward count is not exposed, so it is reported as 0."""
+
+    def run(prompt: list[int]) -> tuple[list[int], int]:
+        ids = torch.tensor([prompt], device=model.device)
+        out = model.hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=settings["max_new_tokens"],
+            eos_token_id=settings["eos_token_id"],
+            pad_token_id=settings["eos_token_id"],
+            prompt_lookup_num_tokens=10,
+        )
+        return out[0, len(prompt) :].tolist(), 0
+
+    return run
+
+
+def contenders_for(names: list[str], draft_tokens: list[int], model, settings: dict) -> dict[str, Contender]:
+    draft = None
+    chosen = {"autoregressive": strategy_contender(model, Autoregressive(), settings)}
+    for name in names:
+        if name == "hf-prompt-lookup":
+            chosen[name] = hf_prompt_lookup(model, settings)
+        elif name == "lookahead-paper":
+            chosen[name] = strategy_contender(model, Lookahead(7, 5, 7), settings)
+        elif name == "lookahead-prompt":
+            chosen[name] = strategy_contender(model, Lookahead(prompt_pool=True), settings)
+        elif needs_draft(REGISTRY[name]):
+            draft = draft or mtdecode.load_model(mtdecode.DRAFT_MODEL)
+            for k in draft_tokens:
+                strategy = REGISTRY[name](draft=draft, num_draft_tokens=k)
+                chosen[f"{name} (k={k})"] = strategy_contender(model, strategy, settings)
+        else:
+            chosen[name] = strategy_contender(model, REGISTRY[name](), settings)
+    return chosen
+
+
+def race(contenders: dict[str, Contender], prompts: list[list[int]], rounds: int) -> list[tuple]:
+    """Interleaved runs; one table row per contender."""
+    names = list(contenders)
+    seconds = dict.fromkeys(names, 0.0)
+    tokens = dict.fromkeys(names, 0)
+    forwards = dict.fromkeys(names, 0)
+    identical = dict.fromkeys(names, 0)
+    runs = [(r, i) for r in range(rounds) for i in range(len(prompts))]
+    for r, i in tqdm(runs, desc="interleaved runs", unit="prompt"):
+        shift = (r * len(prompts) + i) % len(names)
+        outputs = {}
+        for name in names[shift:] + names[:shift]:  # rotate who goes first
+            start = time.perf_counter()
+            outputs[name], used = contenders[name](prompts[i])
+            seconds[name] += time.perf_counter() - start
+            tokens[name] += len(outputs[name])
+            forwards[name] += used
+        for name in names:
+            identical[name] += outputs[name] == outputs["autoregressive"]
+    base = tokens["autoregressive"] / seconds["autoregressive"]
+    rows = []
+    for name in names:
+        speed = tokens[name] / seconds[name]
+        per_forward = f"{tokens[name] / forwards[name]:.2f}" if forwards[name] else "-"
+        rows.append((name, f"{speed:.1f}", f"{speed / base:.2f}x", per_forward, f"{identical[name]}/{len(runs)}"))
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--strategies", nargs="+", default=[n for n in REGISTRY if n != "autoregressive"])
+    choices = [n for n in REGISTRY if n != "autoregressive"] + [
+        "lookahead-paper",
+        "lookahead-prompt",
+        "hf-prompt-lookup",
+    ]
+    parser.add_argument(
+        "--strategies", nargs="+", default=[n for n in REGISTRY if n != "autoregressive"], choices=choices
+    )
+    parser.add_argument("--prompts", nargs="+", default=["chat"], choices=list(PROMPT_SETS))
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--temperature", type=float, default=0.0)
@@ -36,58 +177,25 @@ def main() -> None:
     args = parser.parse_args()
 
     model, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
-    draft = (
-        mtdecode.load_model(mtdecode.DRAFT_MODEL) if any(needs_draft(REGISTRY[n]) for n in args.strategies) else None
+    settings = dict(
+        max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0, eos_token_id=tokenizer.eos_token_id
     )
-    contenders = {"autoregressive": Autoregressive()}
-    for name in args.strategies:
-        if needs_draft(REGISTRY[name]):
-            for k in args.draft_tokens:
-                contenders[f"{name} (k={k})"] = REGISTRY[name](draft=draft, num_draft_tokens=k)
-        else:
-            contenders[name] = REGISTRY[name]()
-    prompts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)["input_ids"]
-        for p in PROMPTS
-    ]
-    settings = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0)
-    for strategy in contenders.values():  # warm-up
-        mtdecode.generate(model, prompts[0], strategy, max_new_tokens=8)
-
-    names = list(contenders)
-    seconds = dict.fromkeys(names, 0.0)
-    tokens = dict.fromkeys(names, 0)
-    forwards = dict.fromkeys(names, 0)
-    identical = dict.fromkeys(names, 0)
-    runs = [(r, i) for r in range(args.rounds) for i in range(len(prompts))]
-    for r, i in tqdm(runs, desc="interleaved runs", unit="prompt"):
-        shift = (r * len(prompts) + i) % len(names)
-        outputs = {}
-        for name in names[shift:] + names[:shift]:  # rotate who goes first
-            start = time.perf_counter()
-            result = mtdecode.generate(model, prompts[i], contenders[name], **settings)
-            seconds[name] += time.perf_counter() - start
-            tokens[name] += result.stats.new_tokens
-            forwards[name] += result.stats.target_forwards
-            outputs[name] = result.tokens[0].tolist()
-        for name in names:
-            identical[name] += outputs[name] == outputs["autoregressive"]
-
-    base = tokens["autoregressive"] / seconds["autoregressive"]
-    rows = []
-    for name in names:
-        speed = tokens[name] / seconds[name]
-        rows.append(
-            (
-                name,
-                f"{speed:.1f}",
-                f"{speed / base:.2f}x",
-                f"{tokens[name] / forwards[name]:.2f}",
-                f"{identical[name]}/{len(runs)}",
-            )
+    if args.temperature > 0 and "hf-prompt-lookup" in args.strategies:
+        parser.error("hf-prompt-lookup runs greedy only")
+    contenders = contenders_for(args.strategies, args.draft_tokens, model, settings)
+    for set_name in args.prompts:
+        prompts = [
+            tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)["input_ids"]
+            for p in PROMPT_SETS[set_name]
+        ]
+        for contender in contenders.values():  # warm-up (and lookahead's one-off measurement of its forwards)
+            contender(prompts[0][:8])
+        rows = race(contenders, prompts, args.rounds)
+        print(
+            f"\n{set_name} prompts: {args.rounds} x {len(prompts)} runs, at most {args.new_tokens} new tokens, "
+            f"temperature {args.temperature}, interleaved"
         )
-    print(f"\n{len(runs)} runs x {args.new_tokens} new tokens, temperature {args.temperature}, interleaved")
-    print_table(("strategy", "tokens/s", "speed-up", "tokens/target forward", "identical to greedy"), rows)
+        print_table(("strategy", "tokens/s", "speed-up", "tokens/target forward", "identical to greedy"), rows)
 
 
 if __name__ == "__main__":

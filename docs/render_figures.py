@@ -94,6 +94,42 @@ def render_sliding_window() -> None:
     )
 
 
+def render_lookahead() -> None:
+    # W = 4, N = 3 (2 rows), G = 2 candidates of N - 1 = 2 tokens; x0 = "sat" was committed last
+    layout = masks.LookaheadLayout(context=1, rows=2, columns=4, candidates=2, length=2)
+    names = ["x0"] * layout.size
+    for r in range(layout.rows):
+        for j in range(layout.columns):
+            if (r, j) != (0, 0):
+                names[layout.cell(r, j)] = f"w{r}{j}"
+    for c in range(layout.candidates):
+        for k in range(layout.length):
+            names[layout.candidate(c, k)] = f"c{c}{k}"
+    prefix = ["The", "cat"]
+    positions = layout.positions(len(prefix)).tolist()
+    masks.plot(
+        layout.mask(len(prefix)),
+        query_labels=[f"{name} @{pos}" for name, pos in zip(names, positions, strict=True)],
+        key_labels=prefix + names,
+        prefix=len(prefix),
+        title="lookahead: W=4, N=3, G=2 (window w, candidates c)",
+        path=OUT / "lookahead.png",
+    )
+
+
+def render_jacobi() -> None:
+    # Jacobi and prompt lookup feed x0 and the guesses left to right: a plain causal mask
+    new = ["x0", "g1", "g2", "g3"]
+    masks.plot(
+        masks.causal(len(new), prefix=len(PROMPT)),
+        query_labels=labels(new),
+        key_labels=PROMPT + labels(new),
+        prefix=len(PROMPT),
+        title="Jacobi / prompt lookup: x0 and 3 guesses",
+        path=OUT / "jacobi.png",
+    )
+
+
 def main() -> None:
     import matplotlib
 
@@ -101,7 +137,7 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     OUT.mkdir(exist_ok=True)
-    for render in (render_causal, render_branches, render_tree, render_sliding_window):
+    for render in (render_causal, render_branches, render_tree, render_sliding_window, render_lookahead, render_jacobi):
         render()
         plt.close("all")
     for path in sorted(OUT.glob("*.png")):

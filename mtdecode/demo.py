@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
             strategy = strategy_class(draft=draft)
         else:
             strategy = strategy_class()
+        mtdecode.generate(model, prompt, strategy, max_new_tokens=4)  # warm-up (lookahead measures its forwards)
         result = mtdecode.generate(model, prompt, strategy, **settings)
         same = result.tokens[0].tolist() == greedy.tokens[0].tolist()
         s = result.stats

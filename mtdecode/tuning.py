@@ -11,11 +11,14 @@ why the paper's defaults are W = 7, N = 5, G = 7 (56 tokens); on a 2-core CPU a 
 
     predicted speed-up = (1 + E[accepted]) / (cost((W + G)(N - 1)) / cost(1))
 
-E[accepted] comes from a deliberately simple model: each of min(G, W) useful candidates
-(the window adds W n-grams a step) matches the next i tokens with probability a^i,
-independently, so P(accepted >= i) = 1 - (1 - a^i)^min(G, W) for i = 1..N-1. The hit rate a
-(`HIT_RATE`) is an assumption, not a measurement of the text being decoded; the settings it
-yields are a starting point that `benchmarks/speedup.py` checks.
+E[accepted] comes from a deliberately simple model: each useful candidate matches the
+next i tokens with probability a^i, independently, so P(accepted >= i) = 1 - (1 - a^i)^c
+for i = 1..N-1, with c = min(G, W) useful candidates (the window adds only W n-grams a
+step), or c = G when the pool is seeded from the prompt. The hit rates are fitted by
+`python benchmarks/lookahead_grid.py` on the default model: `HIT_RATE` on chat prompts,
+`PROMPT_POOL_HIT_RATE` on code-editing prompts with the prompt's n-grams in the pool. They
+describe those prompts, not the text you decode; the settings they give are a starting
+point that `benchmarks/speedup.py` checks.
 """
 
 import statistics
@@ -28,8 +31,10 @@ from mtdecode.model import CausalLM, Runner
 
 #: numbers of new tokens whose forward cost is measured
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-#: assumed chance that a pool candidate's next token matches (see the module docstring)
-HIT_RATE = 0.3
+#: chance that a candidate's next token matches, fitted on chat prompts (see the module docstring)
+HIT_RATE = 0.06
+#: the same with the prompt's n-grams in the pool, fitted on code-editing prompts
+PROMPT_POOL_HIT_RATE = 0.25
 #: the search space of `choose`
 MAX_WINDOW, MAX_NGRAM, MAX_GUESSES = 16, 8, 16
 
@@ -77,9 +82,10 @@ def relative_cost(costs: dict[int, float], tokens: int) -> float:
     return (costs[below] + slope * (tokens - below)) / costs[1]
 
 
-def expected_tokens(w: int, n: int, g: int, hit_rate: float = HIT_RATE) -> float:
-    """Predicted tokens per step: 1 + sum over i = 1..N-1 of 1 - (1 - a^i)^min(G, W)."""
-    useful = min(g, w)
+def expected_tokens(w: int, n: int, g: int, hit_rate: float, *, prompt_pool: bool = False) -> float:
+    """Predicted tokens per step: 1 + sum over i = 1..N-1 of 1 - (1 - a^i)^c,
+    with c = G if the pool holds the prompt's n-grams, else min(G, W)."""
+    useful = g if prompt_pool else min(g, w)
     return 1 + sum(1 - (1 - hit_rate**i) ** useful for i in range(1, n))
 
 
@@ -88,14 +94,17 @@ def choose(
     window: int | None = None,
     ngram: int | None = None,
     guesses: int | None = None,
-    hit_rate: float = HIT_RATE,
+    *,
+    prompt_pool: bool = False,
 ) -> tuple[int, int, int]:
     """The (W, N, G) with the best predicted speed-up; a value given is kept as it is."""
+    hit_rate = PROMPT_POOL_HIT_RATE if prompt_pool else HIT_RATE
     best: tuple[float, tuple[int, int, int]] | None = None
     for w in [window] if window is not None else range(1, MAX_WINDOW + 1):
         for n in [ngram] if ngram is not None else range(2, MAX_NGRAM + 1):
             for g in [guesses] if guesses is not None else range(0, MAX_GUESSES + 1):
-                speed = expected_tokens(w, n, g, hit_rate) / relative_cost(costs, (w + g) * (n - 1))
+                tokens = expected_tokens(w, n, g, hit_rate, prompt_pool=prompt_pool)
+                speed = tokens / relative_cost(costs, (w + g) * (n - 1))
                 if best is None or speed > best[0]:
                     best = (speed, (w, n, g))
     assert best is not None  # every range above is non-empty
@@ -103,9 +112,9 @@ def choose(
 
 
 def lookahead_settings(
-    model: CausalLM, window: int | None, ngram: int | None, guesses: int | None
+    model: CausalLM, window: int | None, ngram: int | None, guesses: int | None, *, prompt_pool: bool = False
 ) -> tuple[int, int, int]:
     """(W, N, G): the values given, and for any left as None the best choice for this model and device."""
     if window is not None and ngram is not None and guesses is not None:
         return window, ngram, guesses
-    return choose(forward_costs(model), window, ngram, guesses)
+    return choose(forward_costs(model), window, ngram, guesses, prompt_pool=prompt_pool)

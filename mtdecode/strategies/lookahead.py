@@ -21,7 +21,7 @@ from the prompt and grows a row per step, each row dropping one column, until it
 rows of W columns; the pool fills from then on. Per step, with x0 the newest committed token:
 
 1. candidates: up to G pool n-grams keyed by x0;
-2. one forward over [unread tokens .. x0][window][candidates] (`lookahead_step`);
+2. one forward over `[unread tokens .. x0] [window] [candidates]` (`lookahead_step`);
 3. verify the candidates and keep the accepted tokens' cache entries (`verify_and_keep`);
 4. the predictions under the window's last row are the new row; a full window gives W n-grams;
 5. slide the window.
@@ -70,19 +70,21 @@ class Lookahead:
                 raise ValueError(f"{name} must be None (tuned) or an integer >= {least}, got {value!r}")
 
     def decode(self, s: Session) -> Iterator[Step]:
-        w, n, g = tuning.lookahead_settings(s.target.model, self.window, self.ngram, self.guesses)
+        w, n, g = tuning.lookahead_settings(
+            s.target.model, self.window, self.ngram, self.guesses, prompt_pool=self.prompt_pool
+        )
         pool = NgramPool(per_key=g)
         if self.prompt_pool:
             pool.add_all(s.tokens, n)
         window = Window([prompt_tokens(s, w + n - 3)], depth=n - 1)  # warm-up start: one row, plus x0
         while not s.done:
             grid = window.grid(x0=s.tokens[-1])
-            candidates = pool.candidates(s.tokens[-1], length=min(n - 1, s.remaining - 1))
-            step, new_row = lookahead_step(s, window, candidates)
+            candidates = pool.candidates(s.tokens[-1], length=min(n - 1, s.remaining - 1))  # step 1
+            step, new_row = lookahead_step(s, window, candidates)  # steps 2-3
             yield step
             if window.full:
-                pool.add_columns(grid, new_row)
-            window.slide(new_row)
+                pool.add_columns(grid, new_row)  # step 4
+            window.slide(new_row)  # step 5
 
 
 class NgramPool:
