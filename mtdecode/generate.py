@@ -23,6 +23,8 @@ class Stats:
     - `seconds`: wall time of the decoding loop (prefill included).
     - `drafted_per_position[i]`: steps that verified a guess at draft position i (0-based).
     - `accepted_per_position[i]`: steps that accepted their guess at position i.
+    - `accepted_lengths`: guesses accepted by each step, in order (the accepted block lengths).
+    - `log_ratios`: for strategies that accept by likelihood (MTAD), each step's log P/Q of the accepted prefix.
     """
 
     new_tokens: int
@@ -31,6 +33,8 @@ class Stats:
     seconds: float
     drafted_per_position: tuple[int, ...] = ()
     accepted_per_position: tuple[int, ...] = ()
+    accepted_lengths: tuple[int, ...] = ()
+    log_ratios: tuple[float, ...] = ()
 
     @classmethod
     def from_steps(cls, steps: list[Step], *, target_forwards: int, draft_forwards: int, seconds: float) -> "Stats":
@@ -42,6 +46,8 @@ class Stats:
             seconds=seconds,
             drafted_per_position=tuple(sum(step.drafted > i for step in steps) for i in range(longest)),
             accepted_per_position=tuple(sum(step.accepted > i for step in steps) for i in range(longest)),
+            accepted_lengths=tuple(step.accepted for step in steps),
+            log_ratios=tuple(step.log_ratio for step in steps if step.log_ratio is not None),
         )
 
     @property

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedModel
 
 from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import Sampler
@@ -23,11 +24,15 @@ class Step:
     - `drafted`: how many guessed tokens that forward verified (0 for plain decoding).
     - `accepted`: how many of those guesses it kept; the last token of `tokens` is the
       target's own (a correction or a bonus token), unless EOS or the budget cut the step.
+    - `proposal`: the guessed block the target verified, if the strategy records it (MTAD does).
+    - `log_ratio`: for strategies that accept by likelihood (MTAD), log P/Q of the accepted prefix.
     """
 
     tokens: tuple[int, ...]
     drafted: int = 0
     accepted: int = 0
+    proposal: tuple[int, ...] = ()
+    log_ratio: float | None = None
 
 
 class InvariantError(RuntimeError):
@@ -78,6 +83,24 @@ class Session:
         self.runners.append(runner)
         return runner
 
+    def draft_runner(self, draft: "CausalLM | PreTrainedModel") -> Runner:
+        """A runner for a draft model, after checking that it shares the target's vocabulary (and device)."""
+        draft = CausalLM.wrap(draft)
+        if draft.vocab_size != self.target.model.vocab_size:
+            raise ValueError(
+                f"the draft's vocabulary ({draft.vocab_size} tokens) differs from the target's "
+                f"({self.target.model.vocab_size}); a draft model must share the target's vocabulary"
+            )
+        return self.runner(draft, role="draft")
+
+    def catch_up(self, runner: Runner) -> None:
+        """Feed `runner` the committed tokens it has not read, except the newest (after a step that
+        accepted every guess, the draft has not read the last one yet)."""
+        missing = self.tokens[runner.cache.length : len(self.tokens) - 1]
+        if missing:
+            runner.extend(missing)
+            runner.cache.commit()
+
     def unread(self, runner: Runner) -> list[int]:
         """Committed tokens `runner`'s model has not read yet: the whole prompt at first, then the newest token."""
         return self.tokens[runner.cache.length :]
@@ -91,7 +114,15 @@ class Session:
         """How many more tokens the budget allows."""
         return self.max_new_tokens - len(self.new_tokens)
 
-    def commit(self, tokens: Sequence[int], *, drafted: int = 0, accepted: int = 0) -> Step:
+    def commit(
+        self,
+        tokens: Sequence[int],
+        *,
+        drafted: int = 0,
+        accepted: int = 0,
+        proposal: tuple[int, ...] = (),
+        log_ratio: float | None = None,
+    ) -> Step:
         """Append `tokens` to the output and record the step.
 
         The tokens are cut after the first EOS token and at the budget. If anything was
@@ -114,7 +145,7 @@ class Session:
             for runner in self.runners:
                 if runner.cache.length > len(self.tokens) - 1:
                     runner.cache.crop(len(self.tokens) - 1)
-        step = Step(tokens=tuple(kept), drafted=drafted, accepted=min(accepted, len(kept)))
+        step = Step(tuple(kept), drafted, min(accepted, len(kept)), proposal, log_ratio)
         self.steps.append(step)
         return step
 

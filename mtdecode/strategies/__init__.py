@@ -10,6 +10,7 @@ import dataclasses
 from mtdecode.strategies.autoregressive import Autoregressive
 from mtdecode.strategies.jacobi import Jacobi
 from mtdecode.strategies.lookahead import Lookahead
+from mtdecode.strategies.mtad import MTAD
 from mtdecode.strategies.prompt_lookup import PromptLookup
 from mtdecode.strategies.speculative import Speculative
 
@@ -20,6 +21,7 @@ REGISTRY: dict[str, type] = {
     "jacobi": Jacobi,
     "prompt_lookup": PromptLookup,
     "lookahead": Lookahead,
+    "mtad": MTAD,
 }
 
 
@@ -28,4 +30,4 @@ def needs_draft(strategy_class: type) -> bool:
     return any(f.name == "draft" for f in dataclasses.fields(strategy_class))
 
 
-__all__ = ["REGISTRY", "Autoregressive", "Jacobi", "Lookahead", "PromptLookup", "Speculative", "needs_draft"]
+__all__ = ["REGISTRY", "Autoregressive", "Jacobi", "Lookahead", "MTAD", "PromptLookup", "Speculative", "needs_draft"]

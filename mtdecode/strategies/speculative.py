@@ -51,7 +51,7 @@ class Speculative:
             raise ValueError(f"num_draft_tokens must be an integer >= 1, got {self.num_draft_tokens!r}")
 
     def decode(self, s: Session) -> Iterator[Step]:
-        draft = s.runner(_checked_draft(self.draft, s.target.model), role="draft")
+        draft = s.draft_runner(self.draft)
         while not s.done:
             k = min(self.num_draft_tokens, s.remaining - 1)  # the step adds one token of its own
             guesses, q = draft_tokens(draft, s.unread(draft), k, s.sampler, s.generator)
@@ -118,20 +118,5 @@ def commit(s: Session, draft: Runner, tokens: list[int], *, drafted: int, accept
     s.target.cache.crop(keep)
     draft.cache.crop(min(keep, draft.cache.length))
     step = s.commit(tokens, drafted=drafted, accepted=accepted)
-    # If every guess was accepted, the draft has not read the last one yet: feed it now, so
-    # that both caches hold the committed tokens but the newest.
-    missing = s.tokens[draft.cache.length : len(s.tokens) - 1]
-    if missing:
-        draft.extend(missing)
-        draft.cache.commit()
+    s.catch_up(draft)  # if every guess was accepted, the draft has not read the last one yet
     return step
-
-
-def _checked_draft(draft: CausalLM | PreTrainedModel, target: CausalLM) -> CausalLM:
-    draft = CausalLM.wrap(draft)
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(
-            f"the draft's vocabulary ({draft.vocab_size} tokens) differs from the target's "
-            f"({target.vocab_size}); speculative decoding needs one shared vocabulary"
-        )
-    return draft

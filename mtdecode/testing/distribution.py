@@ -14,35 +14,20 @@ import torch
 
 from mtdecode.generate import generate
 from mtdecode.model import CausalLM
+from mtdecode.oracle import token_by_token_joint
 from mtdecode.sampling import Sampler
 from mtdecode.strategy import DecodingStrategy
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.testing.stats import GoodnessOfFit, chi_square_test
 
-MAX_CELLS = 1 << 16
-
 
 def exact_joint(model, prompt: Sequence[int], n: int, sampler: Sampler) -> Float[Tensor, " cells"]:
-    """P(x_1..x_n | prompt) when each token is drawn from `sampler.probs` in turn, for every block.
-
-    Block (x_1, ..., x_n) is cell x_1 V^(n-1) + ... + x_n (lexicographic order).
+    """P(x_1..x_n | prompt) when each token is drawn from `sampler.probs` in turn, for every block
+    (`mtdecode.oracle.token_by_token_joint`; block (x_1, ..., x_n) is cell x_1 V^(n-1) + ... + x_n).
 
     **Raises:** `ValueError` if V^n exceeds 65,536 cells.
     """
-    hf = CausalLM.wrap(model).hf
-    vocab = CausalLM.wrap(model).vocab_size
-    if vocab**n > MAX_CELLS:
-        raise ValueError(f"{vocab}^{n} blocks is too many to enumerate (limit {MAX_CELLS})")
-    contexts = torch.tensor([list(prompt)], device=hf.device)  # (blocks so far, length)
-    joint = torch.ones(1, dtype=torch.float64, device=hf.device)  # (blocks so far,)
-    for _ in range(n):
-        with torch.no_grad():
-            logits = hf(contexts).logits[:, -1]  # (blocks, vocab)
-        p = sampler.probs(logits.double())  # (blocks, vocab)
-        joint = (joint[:, None] * p).reshape(-1)  # (blocks * vocab,)
-        tokens = torch.arange(vocab, device=hf.device).repeat(contexts.shape[0])[:, None]
-        contexts = torch.cat([contexts.repeat_interleave(vocab, 0), tokens], dim=1)
-    return joint.cpu()
+    return token_by_token_joint(model, prompt, n, sampler)
 
 
 def sample_counts(

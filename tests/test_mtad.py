@@ -1,0 +1,142 @@
+"""MTAD: the acceptance rule holds on every step (recomputed independently), the zero-error case
+is exact, wrong rules are caught, and bad settings are refused."""
+
+import functools
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mtdecode
+from mtdecode import Sampler, oracle
+from mtdecode.strategies import MTAD, mtad
+from mtdecode.testing import tiny_model
+from mtdecode.testing.models import perturbed
+from mtdecode.testing.mtad import check_threshold_rule
+
+
+@functools.cache
+def pair(vocab: int, kind: str):
+    target = tiny_model("llama", vocab_size=vocab, seed=3)
+    draft = {
+        "same": target,
+        "noisy": perturbed(target, 0.5, seed=1),
+        "other": tiny_model("qwen2", vocab_size=vocab, seed=4),
+    }
+    return target, draft[kind]
+
+
+SAMPLERS = [Sampler(0.0), Sampler(1.0), Sampler(0.7, top_k=5), Sampler(1.0, top_p=0.9)]
+
+
+def run(target, draft, prompt, strategy, sampler, max_new_tokens, seed=0):
+    return mtdecode.generate(
+        target,
+        prompt,
+        strategy,
+        max_new_tokens=max_new_tokens,
+        temperature=sampler.temperature,
+        top_k=sampler.top_k,
+        top_p=sampler.top_p,
+        seed=seed,
+    )
+
+
+@given(
+    vocab=st.sampled_from([4, 8, 16]),
+    kind=st.sampled_from(["same", "noisy", "other"]),
+    prompt=st.lists(st.integers(0, 3), min_size=1, max_size=6),
+    k=st.integers(1, 4),
+    width=st.integers(1, 4),
+    threshold=st.floats(0.05, 2.0),
+    sampler=st.sampled_from(SAMPLERS),
+    max_new_tokens=st.integers(0, 12),
+    seed=st.integers(0, 1000),
+)
+def test_every_step_accepts_the_longest_prefix_that_passes(
+    vocab, kind, prompt, k, width, threshold, sampler, max_new_tokens, seed
+):
+    target, draft = pair(vocab, kind)
+    strategy = MTAD(draft, k, width, threshold)
+    result = run(target, draft, prompt, strategy, sampler, max_new_tokens, seed)
+    assert result.tokens.shape == (1, max_new_tokens)
+    check_threshold_rule(target, draft, prompt, result, threshold, sampler)
+    assert result.stats.accepted_lengths == tuple(step.accepted for step in result.steps)
+    assert len(result.stats.log_ratios) == len(result.steps)
+
+
+@pytest.mark.parametrize("vocab, k", [(4, 2), (4, 3), (6, 2), (5, 3)])
+@pytest.mark.parametrize("prompt", [[1], [2, 0, 3]])
+def test_with_the_target_as_draft_and_exhaustive_beams_greedy_mtad_finds_the_most_likely_block(vocab, k, prompt):
+    target = tiny_model("llama", vocab_size=vocab, seed=7)
+    result = mtdecode.generate(target, prompt, MTAD(target, k, beam_width=vocab ** (k - 1)), max_new_tokens=k + 1)
+    first = result.steps[0]
+    assert list(first.proposal) == oracle.most_likely_block(target, prompt, k)
+    assert first.accepted == k and first.log_ratio == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_oracle_mtjd_is_the_tempered_joint():
+    target = tiny_model("llama", vocab_size=4, seed=7)
+    plain = oracle.token_by_token_joint(target, [1, 2], 3, Sampler(1.0))
+    assert torch.allclose(oracle.mtjd(target, [1, 2], 3, 1.0), plain)
+    sharp = oracle.mtjd(target, [1, 2], 3, 0.5)
+    assert torch.allclose(sharp, plain**2 / (plain**2).sum())
+    mode = oracle.mtjd(target, [1, 2], 3, 0.0)
+    assert mode.sum() == 1 and int(mode.argmax()) == int(plain.argmax())
+    block = oracle.most_likely_block(target, [1, 2], 3)
+    assert block[0] * 16 + block[1] * 4 + block[2] == int(plain.argmax())
+    with pytest.raises(ValueError, match="too many to enumerate"):
+        oracle.mtjd(tiny_model("llama", vocab_size=64), [1], 3, 1.0)
+
+
+# ---- mutants: each breaks the acceptance rule; the rule check must catch it
+
+
+def per_token(log_p, log_q, threshold):
+    """Wrong: tests each token's ratio p/q > tau instead of the joint ratio of the prefix."""
+    passing = ((log_p - log_q) > math.log(threshold)).nonzero()
+    return int(passing[-1, 0]) + 1 if passing.numel() else 0
+
+
+def shortest(log_p, log_q, threshold):
+    """Wrong: the shortest passing prefix instead of the longest."""
+    passing = ((log_p - log_q).cumsum(0) > math.log(threshold)).nonzero()
+    return int(passing[0, 0]) + 1 if passing.numel() else 0
+
+
+@pytest.mark.parametrize("mutant", [per_token, shortest], ids=lambda m: m.__name__)
+def test_the_rule_check_catches_a_wrong_rule(monkeypatch, mutant):
+    monkeypatch.setattr(mtad, "accepted_length", mutant)
+    target, draft = pair(8, "other")
+    caught = 0
+    for seed in range(10):
+        result = run(target, draft, [1, 2, 3], MTAD(draft, 4, 2, 0.3), Sampler(1.0), 16, seed)
+        try:
+            check_threshold_rule(target, draft, [1, 2, 3], result, 0.3, Sampler(1.0))
+        except AssertionError:
+            caught += 1
+    assert caught > 0, f"the {mutant.__name__} mutant went unnoticed in 10 runs"
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(num_draft_tokens=0), "num_draft_tokens must be an integer >= 1"),
+        (dict(beam_width=0), "beam_width must be an integer >= 1"),
+        (dict(threshold=0.0), "threshold must be a number > 0"),
+        (dict(threshold=-1.0), "threshold must be a number > 0"),
+        (dict(threshold=float("nan")), "threshold must be a number > 0"),
+    ],
+)
+def test_bad_settings_are_refused(settings, message):
+    target, _ = pair(8, "same")
+    with pytest.raises(ValueError, match=message):
+        MTAD(target, **settings)
+
+
+def test_a_draft_with_another_vocabulary_is_refused():
+    target, _ = pair(8, "same")
+    with pytest.raises(ValueError, match=r"draft's vocabulary \(16 tokens\) differs from the target's \(8\)"):
+        mtdecode.generate(target, [1, 2], MTAD(tiny_model("llama", vocab_size=16)), max_new_tokens=4)
