@@ -12,13 +12,14 @@ fits `tuning.expected_tokens` best (least squares over the grid) for each prompt
 import argparse
 import itertools
 
-from speedup import CHAT, CODE
 from tqdm import tqdm
 
 import mtdecode
 from mtdecode import tuning
 from mtdecode.demo import print_table
 from mtdecode.strategies import Lookahead
+
+from speedup import CHAT, CODE
 
 
 def main() -> None:

@@ -14,12 +14,13 @@ rejects two more wrong verifiers).
 import functools
 
 import pytest
-from test_verification import keep_rejected
 
 from mtdecode import Sampler, verification
 from mtdecode.strategies import Lookahead, PromptLookup
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import check_distribution
+
+from test_verification import keep_rejected
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

@@ -5,14 +5,19 @@ block the draft proposed (`Step.proposal`), recomputes the joint likelihoods P a
 every prefix with plain forward passes of both models, and asserts the acceptance rule:
 the accepted prefix y_1..y_n passes (P/Q > tau, or n = 0) and no longer prefix of the
 block does.
+
+`check_bounded_error` compares the law of MTAD's first k tokens with exact MTJD
+(`mtdecode.oracle`) against the bound proved in docs/strategies/mtad.md.
 """
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
-from mtdecode.generate import GenerationResult
+from mtdecode import oracle
+from mtdecode.generate import GenerationResult, generate
 from mtdecode.model import CausalLM
 from mtdecode.sampling import Sampler
 from mtdecode.strategies.mtad import judged
@@ -61,3 +66,95 @@ def check_threshold_rule(
                         f"(log P/Q = {ratios[m - 1]:.4f} > log tau = {log_tau:.4f})"
                     )
         context += list(step.tokens)
+
+
+@dataclass(frozen=True)
+class BoundCheck:
+    """The bounded-error check of MTAD against exact MTJD (see `check_bounded_error`).
+
+    - `measured`: TV between the empirical law of MTAD's first k tokens and exact MTJD.
+    - `bound`: the proposition's bound with the measured acceptance rate: TV(A, MTJD) + P(E).
+    - `slack`: the sampling allowance for both estimates at the false-alarm rate.
+    - `passed`: `measured <= bound + slack`.
+    """
+
+    measured: float
+    bound: float
+    token_by_token_gap: float
+    acceptance: float
+    slack: float
+    samples: int
+    false_alarm: float
+
+    @property
+    def passed(self) -> bool:
+        return self.measured <= self.bound + self.slack
+
+    def __str__(self) -> str:
+        verdict = "within" if self.passed else "OUTSIDE"
+        return (
+            f"TV(MTAD, MTJD) = {self.measured:.4f} {verdict} the bound TV(A, MTJD) + P(E) = "
+            f"{self.token_by_token_gap:.4f} + {self.acceptance:.4f} (+ slack {self.slack:.4f}; "
+            f"{self.samples} samples, false-alarm rate {self.false_alarm:g})"
+        )
+
+
+def check_bounded_error(
+    target,
+    draft,
+    prompt: Sequence[int],
+    strategy,
+    *,
+    k: int,
+    sampler: Sampler,
+    samples: int = 20_000,
+    false_alarm: float = 1e-3,
+) -> BoundCheck:
+    """Compare MTAD's first k tokens with exact MTJD at the sampler's temperature (docs/strategies/mtad.md).
+
+    The proposition there: TV(M, MTJD) <= TV(A, MTJD) + P(E), where M is the law of MTAD's first
+    k tokens, A that of token-by-token sampling with the same Sampler (both enumerated exactly
+    here), and E the event that some step of MTAD accepts at least one draft token.
+
+    From N seeded runs, the empirical law M_N and the rate of E are estimated. With
+    probability at least 1 - false_alarm both of these hold (each fails with probability at
+    most false_alarm / 2):
+
+    - TV(M_N, M) <= sqrt(V^k / N) / 2 + sqrt(ln(2 / false_alarm) / (2N)): the expectation
+      bound follows from Cauchy-Schwarz, the deviation from McDiarmid's inequality (one run
+      moves TV by at most 1/N);
+    - P(E) <= rate + sqrt(ln(2 / false_alarm) / (2N)) (Hoeffding).
+
+    Then the triangle inequality gives TV(M_N, MTJD) <= TV(A, MTJD) + rate + slack, and
+    `passed` is False with probability at most `false_alarm` when the proposition holds.
+    """
+    vocab = CausalLM.wrap(target).vocab_size
+    cells = vocab**k
+    counts = torch.zeros(cells, dtype=torch.float64)
+    accepted_runs = 0
+    weights = vocab ** torch.arange(k - 1, -1, -1)
+    for seed in range(samples):
+        result = generate(
+            target,
+            list(prompt),
+            strategy,
+            max_new_tokens=k,
+            temperature=sampler.temperature,
+            top_k=sampler.top_k,
+            top_p=sampler.top_p,
+            seed=seed,
+        )
+        counts[int((result.tokens[0].cpu() * weights).sum())] += 1
+        accepted_runs += any(n > 0 for n in result.stats.accepted_lengths)
+    exact = oracle.mtjd(target, prompt, k, sampler.temperature)
+    token_by_token = oracle.token_by_token_joint(target, prompt, k, sampler)
+    deviation = math.sqrt(math.log(2 / false_alarm) / (2 * samples))
+    return BoundCheck(
+        measured=0.5 * float((counts / samples - exact).abs().sum()),
+        bound=0.5 * float((token_by_token - exact).abs().sum()) + accepted_runs / samples,
+        token_by_token_gap=0.5 * float((token_by_token - exact).abs().sum()),
+        acceptance=accepted_runs / samples,
+        slack=0.5 * math.sqrt(cells / samples) + 2 * deviation,
+        samples=samples,
+        false_alarm=false_alarm,
+    )
