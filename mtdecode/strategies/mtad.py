@@ -26,6 +26,7 @@ accepted path.
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from transformers import PreTrainedModel
@@ -54,6 +55,8 @@ class MTAD:
     beam_width: int = 4
     threshold: float = 0.5
     max_batch_size: int = field(default=1, init=False)
+    #: MTAD does not reproduce greedy decoding or p: it accepts by likelihood
+    exact: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         for name in ("num_draft_tokens", "beam_width"):
