@@ -72,6 +72,7 @@ def test_every_step_accepts_the_longest_prefix_that_passes(
 def test_with_the_target_as_draft_and_exhaustive_beams_greedy_mtad_finds_the_most_likely_block(vocab, k, prompt):
     target = tiny_model("llama", vocab_size=vocab, seed=7)
     result = mtdecode.generate(target, prompt, MTAD(target, k, beam_width=vocab ** (k - 1)), max_new_tokens=k + 1)
+    check_threshold_rule(target, target, prompt, result, 0.5, Sampler(0.0))
     first = result.steps[0]
     assert list(first.proposal) == oracle.most_likely_block(target, prompt, k)
     assert first.accepted == k and first.log_ratio == pytest.approx(0.0, abs=1e-9)

@@ -116,6 +116,8 @@ def check_bounded_error(
     k tokens, A that of token-by-token sampling with the same Sampler (both enumerated exactly
     here), and E the event that some step of MTAD accepts at least one draft token.
 
+    Every step of every run must also pass `check_threshold_rule`.
+
     From N seeded runs, the empirical law M_N and the rate of E are estimated. With
     probability at least 1 - false_alarm both of these hold (each fails with probability at
     most false_alarm / 2):
@@ -144,6 +146,7 @@ def check_bounded_error(
             top_p=sampler.top_p,
             seed=seed,
         )
+        check_threshold_rule(target, draft, prompt, result, strategy.threshold, sampler)  # every step, every run
         counts[int((result.tokens[0].cpu() * weights).sum())] += 1
         accepted_runs += any(n > 0 for n in result.stats.accepted_lengths)
     exact = oracle.mtjd(target, prompt, k, sampler.temperature)
