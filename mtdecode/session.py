@@ -83,7 +83,7 @@ class Session:
         self.runners.append(runner)
         return runner
 
-    def draft_runner(self, draft: "CausalLM | PreTrainedModel") -> Runner:
+    def draft_runner(self, draft: CausalLM | PreTrainedModel) -> Runner:
         """A runner for a draft model, after checking that it shares the target's vocabulary (and device)."""
         draft = CausalLM.wrap(draft)
         if draft.vocab_size != self.target.model.vocab_size:

@@ -75,7 +75,7 @@ class MTAD:
             log_p, last = score_block(s, block)  # step 2
             n = accepted_length(log_p, log_q, self.threshold)  # step 3
             new_token = int(last[n].argmax()) if greedy else int(draw(last[n], s.generator))  # step 4
-            ratio = float(log_p[:n].sum() - log_q[:n].sum())
+            ratio = float(log_p[:n].sum()) - float(log_q[:n].sum())  # log P/Q of the accepted prefix
             yield commit(s, draft, path, block, n, new_token, log_ratio=ratio)  # step 5
 
 
