@@ -24,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 import mtdecode
+from mtdecode import tuning
 from mtdecode.demo import print_table
 from mtdecode.strategies import REGISTRY, Autoregressive, Lookahead, needs_draft
 
@@ -190,6 +191,10 @@ def main() -> None:
         ]
         for contender in contenders.values():  # warm-up (and lookahead's one-off measurement of its forwards)
             contender(prompts[0][:8])
+        if any(name.startswith("lookahead") for name in contenders):
+            for pool in (False, True):
+                w, n, g = tuning.lookahead_settings(model, None, None, None, prompt_pool=pool)
+                print(f"tuned Lookahead(prompt_pool={pool}) in this process: W={w}, N={n}, G={g}")
         rows = race(contenders, prompts, args.rounds)
         print(
             f"\n{set_name} prompts: {args.rounds} x {len(prompts)} runs, at most {args.new_tokens} new tokens, "

@@ -118,3 +118,22 @@ def lookahead_settings(
     if window is not None and ngram is not None and guesses is not None:
         return window, ngram, guesses
     return choose(forward_costs(model), window, ngram, guesses, prompt_pool=prompt_pool)
+
+
+def main() -> None:
+    """`python -m mtdecode.tuning [MODEL]`: the measured forward costs and the settings `Lookahead()` picks."""
+    import sys
+
+    from mtdecode.zoo import DEFAULT_MODEL, load_model
+
+    model = load_model(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MODEL)
+    costs = forward_costs(model)
+    print("new tokens:  " + "  ".join(f"{n:>5}" for n in costs))
+    print("vs 1 token:  " + "  ".join(f"{relative_cost(costs, n):5.2f}" for n in costs))
+    for prompt_pool in (False, True):
+        w, n, g = choose(costs, prompt_pool=prompt_pool)
+        print(f"Lookahead(prompt_pool={prompt_pool}) picks W={w}, N={n}, G={g}: {(w + g) * (n - 1)} tokens per forward")
+
+
+if __name__ == "__main__":
+    main()

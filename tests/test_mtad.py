@@ -13,6 +13,7 @@ import mtdecode
 from mtdecode import Sampler, oracle
 from mtdecode.strategies import MTAD, mtad
 from mtdecode.testing import tiny_model
+from mtdecode.testing.distribution import sampled_run
 from mtdecode.testing.models import perturbed
 from mtdecode.testing.mtad import check_threshold_rule
 
@@ -31,19 +32,6 @@ def pair(vocab: int, kind: str):
 SAMPLERS = [Sampler(0.0), Sampler(1.0), Sampler(0.7, top_k=5), Sampler(1.0, top_p=0.9)]
 
 
-def run(target, draft, prompt, strategy, sampler, max_new_tokens, seed=0):
-    return mtdecode.generate(
-        target,
-        prompt,
-        strategy,
-        max_new_tokens=max_new_tokens,
-        temperature=sampler.temperature,
-        top_k=sampler.top_k,
-        top_p=sampler.top_p,
-        seed=seed,
-    )
-
-
 @given(
     vocab=st.sampled_from([4, 8, 16]),
     kind=st.sampled_from(["same", "noisy", "other"]),
@@ -60,7 +48,7 @@ def test_every_step_accepts_the_longest_prefix_that_passes(
 ):
     target, draft = pair(vocab, kind)
     strategy = MTAD(draft, k, width, threshold)
-    result = run(target, draft, prompt, strategy, sampler, max_new_tokens, seed)
+    result = sampled_run(target, prompt, strategy, max_new_tokens, sampler, seed)
     assert result.tokens.shape == (1, max_new_tokens)
     check_threshold_rule(target, draft, prompt, result, threshold, sampler)
     assert result.stats.accepted_lengths == tuple(step.accepted for step in result.steps)
@@ -113,7 +101,7 @@ def test_the_rule_check_catches_a_wrong_rule(monkeypatch, mutant):
     target, draft = pair(8, "other")
     caught = 0
     for seed in range(10):
-        result = run(target, draft, [1, 2, 3], MTAD(draft, 4, 2, 0.3), Sampler(1.0), 16, seed)
+        result = sampled_run(target, [1, 2, 3], MTAD(draft, 4, 2, 0.3), 16, Sampler(1.0), seed)
         try:
             check_threshold_rule(target, draft, [1, 2, 3], result, 0.3, Sampler(1.0))
         except AssertionError:

@@ -30,6 +30,26 @@ def exact_joint(model, prompt: Sequence[int], n: int, sampler: Sampler) -> Float
     return token_by_token_joint(model, prompt, n, sampler)
 
 
+def sampled_run(model, prompt: Sequence[int], strategy: DecodingStrategy, n: int, sampler: Sampler, seed: int):
+    """One seeded `generate` call of n tokens with the Sampler's settings; returns its `GenerationResult`."""
+    return generate(
+        model,
+        list(prompt),
+        strategy,
+        max_new_tokens=n,
+        temperature=sampler.temperature,
+        top_k=sampler.top_k,
+        top_p=sampler.top_p,
+        seed=seed,
+    )
+
+
+def block_cell(tokens: Int[Tensor, " n"], vocab: int) -> int:
+    """The cell of block (x_1, ..., x_n): x_1 V^(n-1) + ... + x_n."""
+    weights = vocab ** torch.arange(tokens.numel() - 1, -1, -1)
+    return int((tokens.cpu() * weights).sum())
+
+
 def sample_counts(
     model,
     prompt: Sequence[int],
@@ -43,19 +63,9 @@ def sample_counts(
     """Run `strategy` `samples` times (seeds first_seed, first_seed + 1, ...) for n tokens; count each block."""
     vocab = CausalLM.wrap(model).vocab_size
     counts = torch.zeros(vocab**n, dtype=torch.long)
-    weights = vocab ** torch.arange(n - 1, -1, -1)
     for i in range(samples):
-        result = generate(
-            model,
-            list(prompt),
-            strategy,
-            max_new_tokens=n,
-            temperature=sampler.temperature,
-            top_k=sampler.top_k,
-            top_p=sampler.top_p,
-            seed=first_seed + i,
-        )
-        counts[int((result.tokens[0].cpu() * weights).sum())] += 1
+        result = sampled_run(model, prompt, strategy, n, sampler, seed=first_seed + i)
+        counts[block_cell(result.tokens[0], vocab)] += 1
     return counts
 
 

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import oracle
-from mtdecode.generate import GenerationResult, generate
+from mtdecode.generate import GenerationResult
 from mtdecode.model import CausalLM
 from mtdecode.sampling import Sampler
 from mtdecode.strategies.mtad import judged
 from mtdecode.tensor_types import Float, Tensor
+from mtdecode.testing.distribution import block_cell, sampled_run
 
 #: ratios closer than this to log(tau) are too close to call after a change of batch shape
 TIE = 1e-9
@@ -134,20 +135,10 @@ def check_bounded_error(
     cells = vocab**k
     counts = torch.zeros(cells, dtype=torch.float64)
     accepted_runs = 0
-    weights = vocab ** torch.arange(k - 1, -1, -1)
     for seed in range(samples):
-        result = generate(
-            target,
-            list(prompt),
-            strategy,
-            max_new_tokens=k,
-            temperature=sampler.temperature,
-            top_k=sampler.top_k,
-            top_p=sampler.top_p,
-            seed=seed,
-        )
+        result = sampled_run(target, prompt, strategy, k, sampler, seed)
         check_threshold_rule(target, draft, prompt, result, strategy.threshold, sampler)  # every step, every run
-        counts[int((result.tokens[0].cpu() * weights).sum())] += 1
+        counts[block_cell(result.tokens[0], vocab)] += 1
         accepted_runs += any(n > 0 for n in result.stats.accepted_lengths)
     exact = oracle.mtjd(target, prompt, k, sampler.temperature)
     token_by_token = oracle.token_by_token_joint(target, prompt, k, sampler)
