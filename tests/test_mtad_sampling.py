@@ -28,6 +28,15 @@ def pair(vocab: int, draft_seed: int = 5):
     return target, tiny_model("qwen2", vocab_size=vocab, seed=draft_seed, layers=1, hidden=16)
 
 
+def check(vocab: int, k: int, strategy_settings: tuple, sampler: Sampler):
+    """`check_bounded_error` for MTAD(draft, *strategy_settings) on the tiny pair with this vocabulary."""
+    target, draft = pair(vocab)
+    strategy = MTAD(draft, *strategy_settings)
+    return check_bounded_error(
+        target, draft, PROMPT, strategy, k=k, sampler=sampler, samples=SAMPLES, false_alarm=FALSE_ALARM
+    )
+
+
 @settings(max_examples=4)
 @given(
     vocab=st.integers(4, 8),
@@ -39,33 +48,13 @@ def pair(vocab: int, draft_seed: int = 5):
 def test_mtad_stays_within_the_bound(vocab, k, threshold, temperature, width):
     if vocab**k > 512:
         k = 2  # keep the enumeration and the sampling allowance small
-    target, draft = pair(vocab)
-    result = check_bounded_error(
-        target,
-        draft,
-        PROMPT,
-        MTAD(draft, k - 1, width, threshold),
-        k=k,
-        sampler=Sampler(temperature),
-        samples=SAMPLES,
-        false_alarm=FALSE_ALARM,
-    )
+    result = check(vocab, k, (k - 1, width, threshold), Sampler(temperature))
     assert result.passed, str(result)
 
 
 def test_the_bound_is_not_vacuous():
     """A draft that disagrees with the target and a low threshold: MTAD's error is a large part of the bound."""
-    target, draft = pair(4)
-    result = check_bounded_error(
-        target,
-        draft,
-        PROMPT,
-        MTAD(draft, 2, 2, 0.5),
-        k=3,
-        sampler=Sampler(0.7),
-        samples=SAMPLES,
-        false_alarm=FALSE_ALARM,
-    )
+    result = check(4, 3, (2, 2, 0.5), Sampler(0.7))
     assert result.passed, str(result)
     assert result.bound < 1 and result.measured >= result.bound / 4, str(result)
 
@@ -80,15 +69,5 @@ def test_the_check_rejects_an_extra_token_from_the_wrong_row(monkeypatch):
         return log_p, torch.cat([p[1:], p[-1:]])
 
     monkeypatch.setattr(mtad, "score_block", shifted)
-    target, draft = pair(4)
-    result = check_bounded_error(
-        target,
-        draft,
-        PROMPT,
-        MTAD(draft, 2, 2, 5.0),
-        k=3,
-        sampler=Sampler(1.0),
-        samples=SAMPLES,
-        false_alarm=FALSE_ALARM,
-    )
+    result = check(4, 3, (2, 2, 5.0), Sampler(1.0))
     assert not result.passed, f"the shifted-row mutant went unnoticed: {result}"
