@@ -50,11 +50,6 @@ class LookaheadLayout:
             raise ValueError(f"candidates and length must both be 0 or both be >= 1, got {self}")
 
     @property
-    def window_start(self) -> int:
-        """Index of cell (0, 1), the first window token after the context."""
-        return self.context
-
-    @property
     def candidate_start(self) -> int:
         """Index of candidate 0's token 0."""
         return self.context + self.columns - 1 + (self.rows - 1) * self.columns
