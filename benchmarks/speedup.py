@@ -17,14 +17,21 @@ runs once per `--draft-tokens` value), plus:
 """
 
 import argparse
-import time
-from collections.abc import Callable
 
-import torch
 from tqdm import tqdm
 
 import mtdecode
 from mtdecode import tuning
+from mtdecode.bench import (
+    HF_PROMPT_LOOKUP_TOKENS,
+    TABLE_HEADER,
+    Contender,
+    hf_contender,
+    race,
+    rows_for,
+    strategy_contender,
+    table,
+)
 from mtdecode.demo import print_table
 from mtdecode.strategies import REGISTRY, Autoregressive, Lookahead, needs_draft
 
@@ -81,83 +88,25 @@ def squares_of_evens(numbers):
 CODE = [f"{task}\n```python{code}```" for task, code in _CODE.items()]
 PROMPT_SETS = {"chat": CHAT, "code": CODE}
 
-#: a contender decodes a prompt and returns (new tokens, target forwards)
-Contender = Callable[[list[int]], tuple[list[int], int]]
-
-
-def strategy_contender(model, strategy, settings: dict) -> Contender:
-    def run(prompt: list[int]) -> tuple[list[int], int]:
-        result = mtdecode.generate(model, prompt, strategy, **settings)
-        return result.tokens[0].tolist(), result.stats.target_forwards
-
-    return run
-
-
-def hf_prompt_lookup(model, settings: dict) -> Contender:
-    """transformers' prompt-lookup decoding (greedy); its forward count is not exposed, so it is reported as 0."""
-
-    def run(prompt: list[int]) -> tuple[list[int], int]:
-        ids = torch.tensor([prompt], device=model.device)
-        out = model.hf.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=False,
-            max_new_tokens=settings["max_new_tokens"],
-            eos_token_id=settings["eos_token_id"],
-            pad_token_id=settings["eos_token_id"],
-            prompt_lookup_num_tokens=10,
-        )
-        return out[0, len(prompt) :].tolist(), 0
-
-    return run
-
 
 def contenders_for(names: list[str], draft_tokens: list[int], model, settings: dict) -> dict[str, Contender]:
     draft = None
-    chosen = {"autoregressive": strategy_contender(model, Autoregressive(), settings)}
+    chosen = {"autoregressive": strategy_contender(model, Autoregressive(), **settings)}
     for name in names:
         if name == "hf-prompt-lookup":
-            chosen[name] = hf_prompt_lookup(model, settings)
+            chosen[name] = hf_contender(model, prompt_lookup_num_tokens=HF_PROMPT_LOOKUP_TOKENS, **settings)
         elif name == "lookahead-paper":
-            chosen[name] = strategy_contender(model, Lookahead(7, 5, 7), settings)
+            chosen[name] = strategy_contender(model, Lookahead(7, 5, 7), **settings)
         elif name == "lookahead-prompt":
-            chosen[name] = strategy_contender(model, Lookahead(prompt_pool=True), settings)
+            chosen[name] = strategy_contender(model, Lookahead(prompt_pool=True), **settings)
         elif needs_draft(REGISTRY[name]):
             draft = draft or mtdecode.load_model(mtdecode.DRAFT_MODEL)
             for k in draft_tokens:
                 strategy = REGISTRY[name](draft=draft, num_draft_tokens=k)
-                chosen[f"{name} (k={k})"] = strategy_contender(model, strategy, settings)
+                chosen[f"{name} (k={k})"] = strategy_contender(model, strategy, **settings)
         else:
-            chosen[name] = strategy_contender(model, REGISTRY[name](), settings)
+            chosen[name] = strategy_contender(model, REGISTRY[name](), **settings)
     return chosen
-
-
-def race(contenders: dict[str, Contender], prompts: list[list[int]], rounds: int) -> list[tuple]:
-    """Interleaved runs; one table row per contender."""
-    names = list(contenders)
-    seconds = dict.fromkeys(names, 0.0)
-    tokens = dict.fromkeys(names, 0)
-    forwards = dict.fromkeys(names, 0)
-    identical = dict.fromkeys(names, 0)
-    runs = [(r, i) for r in range(rounds) for i in range(len(prompts))]
-    for r, i in tqdm(runs, desc="interleaved runs", unit="prompt"):
-        shift = (r * len(prompts) + i) % len(names)
-        outputs = {}
-        for name in names[shift:] + names[:shift]:  # rotate who goes first
-            start = time.perf_counter()
-            outputs[name], used = contenders[name](prompts[i])
-            seconds[name] += time.perf_counter() - start
-            tokens[name] += len(outputs[name])
-            forwards[name] += used
-        for name in names:
-            identical[name] += outputs[name] == outputs["autoregressive"]
-    base = tokens["autoregressive"] / seconds["autoregressive"]
-    rows = []
-    for name in names:
-        speed = tokens[name] / seconds[name]
-        per_forward = f"{tokens[name] / forwards[name]:.2f}" if forwards[name] else "-"
-        rows.append((name, f"{speed:.1f}", f"{speed / base:.2f}x", per_forward, f"{identical[name]}/{len(runs)}"))
-    return rows
 
 
 def main() -> None:
@@ -173,16 +122,11 @@ def main() -> None:
     parser.add_argument("--prompts", nargs="+", default=["chat"], choices=list(PROMPT_SETS))
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=96)
-    parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--draft-tokens", type=int, nargs="+", default=[4], help="guesses per step to compare")
     args = parser.parse_args()
 
     model, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
-    settings = dict(
-        max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0, eos_token_id=tokenizer.eos_token_id
-    )
-    if args.temperature > 0 and "hf-prompt-lookup" in args.strategies:
-        parser.error("hf-prompt-lookup runs greedy only")
+    settings = dict(max_new_tokens=args.new_tokens, eos_token_id=tokenizer.eos_token_id)
     contenders = contenders_for(args.strategies, args.draft_tokens, model, settings)
     for set_name in args.prompts:
         prompts = [
@@ -195,12 +139,14 @@ def main() -> None:
             for pool in (False, True):
                 w, n, g = tuning.lookahead_settings(model, None, None, None, prompt_pool=pool)
                 print(f"tuned Lookahead(prompt_pool={pool}) in this process: W={w}, N={n}, G={g}")
-        rows = race(contenders, prompts, args.rounds)
+        with tqdm(total=args.rounds * len(prompts) * len(contenders), desc="interleaved runs", unit="run") as bar:
+            tallies = race(contenders, prompts * args.rounds, lambda _: bar.update())
+        exact = {name: not name.startswith("mtad") for name in contenders}
         print(
             f"\n{set_name} prompts: {args.rounds} x {len(prompts)} runs, at most {args.new_tokens} new tokens, "
-            f"temperature {args.temperature}, interleaved"
+            "greedy, interleaved"
         )
-        print_table(("strategy", "tokens/s", "speed-up", "tokens/target forward", "identical to greedy"), rows)
+        print_table(("strategy", *TABLE_HEADER[2:]), [row[1:] for row in table(rows_for(set_name, tallies, exact))])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """`mtdecode.generate`: check the inputs, run a strategy, collect tokens, steps and stats."""
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -91,6 +91,7 @@ def generate(
     eos_token_id: int | Sequence[int] | None = None,
     seed: int | None = None,
     progress: bool = False,
+    on_step: Callable[[Step], None] | None = None,
 ) -> GenerationResult:
     """Continue `prompt_ids` with `model`, choosing tokens by `strategy`.
 
@@ -105,6 +106,8 @@ def generate(
     - `eos_token_id`: stop after committing this token (or any of these tokens).
     - `seed`: seeds the random generator, so sampled runs repeat exactly.
     - `progress`: show a progress bar over the new tokens.
+    - `on_step`: called with each `Step` as soon as its tokens are committed (for streaming
+      output; `mtdecode generate` colours the text by step with it).
 
     **Returns:**
 
@@ -148,6 +151,8 @@ def generate(
             session.check()
             if bar is not None:
                 bar.update(len(step.tokens))
+            if on_step is not None:
+                on_step(step)
             if session.done:
                 steps.close()
                 break

@@ -40,7 +40,7 @@ def tiny_model(
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose from {sorted(FAMILIES)}")
     config_class, model_class = FAMILIES[family]
-    config = config_class(
+    settings = dict(
         vocab_size=vocab_size,
         hidden_size=hidden,
         intermediate_size=2 * hidden,
@@ -54,8 +54,8 @@ def tiny_model(
         eos_token_id=None,
         pad_token_id=0,
         attn_implementation=attn_implementation,
-        **config_overrides,
     )
+    config = config_class(**{**settings, **config_overrides})
     torch.manual_seed(seed)
     model = model_class(config).to(device=device, dtype=dtype).eval()
     model.generation_config.eos_token_id = None
@@ -78,3 +78,45 @@ def perturbed(model: PreTrainedModel, scale: float, *, seed: int = 0) -> PreTrai
             noise = torch.randn(weight.shape, generator=generator, dtype=torch.float64).to(weight)
             weight.add_(scale * weight.abs().mean() * noise)
     return noisy.eval()
+
+
+#: a minimal chat template in the ChatML style SmolLM2 uses
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def byte_tokenizer():
+    """A tokenizer with one token per byte (256) plus `<|pad|>`, `<|im_start|>` and `<|im_end|>` (the EOS),
+    and `CHAT_TEMPLATE`: any text round-trips, so tiny models can stand in for real ones end to end."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    backend = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        chat_template=CHAT_TEMPLATE,
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    return tokenizer
+
+
+def save_checkpoint(model: PreTrainedModel, folder, tokenizer=None):
+    """Save `model` (as float32) and a tokenizer (default: `byte_tokenizer()`) to `folder`, so that
+    `mtdecode.load_model(folder)`, `load_tokenizer(folder)` and `mtdecode --model folder` take it."""
+    from pathlib import Path
+
+    tokenizer = tokenizer or byte_tokenizer()
+    if model.config.vocab_size != len(tokenizer):
+        raise ValueError(f"the model's vocabulary has {model.config.vocab_size} tokens, the tokenizer {len(tokenizer)}")
+    folder = Path(folder)
+    model.to(torch.float32).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -1,0 +1,305 @@
+"""`mtdecode bench`: every strategy, and transformers' own decoders, on a small Spec-Bench-like suite.
+
+The suite (`prompts.json` beside this file, its source recorded inside) has four tasks:
+multi-turn chat, code editing, summarisation/extraction of a given passage, and short math
+reasoning. For each task every prompt is decoded by every contender in one process, the
+order rotating from prompt to prompt (A B C, B C A, C A B, ...), so the slow drifts of a
+shared machine hit every contender alike. Then, per contender and task:
+
+- tokens/s, and the speed-up: its tokens/s over `Autoregressive`'s on the same prompts;
+- tokens per target forward pass (transformers' decoders are counted with a forward hook);
+- identical: in how many runs the tokens equal `Autoregressive`'s greedy tokens.
+
+Decoding is greedy (temperature 0) and stops at the model's end-of-turn token.
+"""
+
+import json
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+import mtdecode
+from mtdecode.model import CausalLM
+from mtdecode.strategies import REGISTRY, needs_draft
+
+SUITE = Path(__file__).with_name("prompts.json")
+BASELINE = "autoregressive"
+#: transformers' own decoders, run on the same model: greedy, assisted generation with the
+#: same draft, and prompt lookup
+PEERS = ("hf-greedy", "hf-assisted", "hf-prompt-lookup")
+#: transformers' default n-gram match length is 2; 10 guesses per step, as in its docs' example
+HF_PROMPT_LOOKUP_TOKENS = 10
+
+
+def load_suite() -> dict:
+    """The prompt suite: `{"source": ..., "tasks": {name: {"description", "prompts": [messages, ...]}}}`."""
+    return json.loads(SUITE.read_text())
+
+
+@dataclass(frozen=True)
+class Output:
+    tokens: list[int]
+    forwards: int  # target forward passes
+
+
+#: a contender decodes one tokenized prompt
+Contender = Callable[[list[int]], Output]
+
+
+def strategy_contender(model: CausalLM, strategy, *, max_new_tokens: int, eos_token_id: int | None) -> Contender:
+    """An mtdecode strategy, greedy."""
+
+    def run(prompt: list[int]) -> Output:
+        result = mtdecode.generate(model, prompt, strategy, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+        return Output(result.tokens[0].tolist(), result.stats.target_forwards)
+
+    return run
+
+
+def hf_contender(model: CausalLM, *, max_new_tokens: int, eos_token_id: int | None, **options) -> Contender:
+    """transformers' `generate` (greedy) with extra `options`; a forward hook counts the target's passes."""
+
+    def run(prompt: list[int]) -> Output:
+        forwards = 0
+
+        def count(*_):
+            nonlocal forwards
+            forwards += 1
+
+        ids = torch.tensor([prompt], device=model.device)
+        hook = model.hf.register_forward_hook(count)
+        try:
+            out = model.hf.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos_token_id,
+                pad_token_id=eos_token_id if eos_token_id is not None else 0,
+                **options,
+            )
+        finally:
+            hook.remove()
+        return Output(out[0, len(prompt) :].tolist(), forwards)
+
+    return run
+
+
+def contenders_for(
+    names: Sequence[str],
+    model: CausalLM,
+    draft: CausalLM | None,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int | None,
+    options: dict[str, dict] | None = None,
+) -> dict[str, Contender]:
+    """`Autoregressive` first (the baseline), then each named strategy or peer.
+
+    Strategies take their default settings, or `options[name]` (e.g. `{"speculative": {"num_draft_tokens": 1}}`).
+    """
+    options = options or {}
+    settings = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+    chosen = {BASELINE: strategy_contender(model, REGISTRY[BASELINE](), **settings)}
+    for name in names:
+        if name == BASELINE:
+            continue
+        if name == "hf-greedy":
+            chosen[name] = hf_contender(model, **settings)
+        elif name == "hf-assisted":
+            chosen[name] = hf_contender(model, assistant_model=_need(draft, name).hf, **settings)
+        elif name == "hf-prompt-lookup":
+            chosen[name] = hf_contender(model, prompt_lookup_num_tokens=HF_PROMPT_LOOKUP_TOKENS, **settings)
+        elif needs_draft(REGISTRY[name]):
+            strategy = REGISTRY[name](draft=_need(draft, name), **options.get(name, {}))
+            chosen[name] = strategy_contender(model, strategy, **settings)
+        else:
+            chosen[name] = strategy_contender(model, REGISTRY[name](**options.get(name, {})), **settings)
+    return chosen
+
+
+def _need(draft: CausalLM | None, name: str) -> CausalLM:
+    if draft is None:
+        raise ValueError(f"{name} needs a draft model")
+    return draft
+
+
+@dataclass
+class Tally:
+    """Sums over the runs of one contender on one task."""
+
+    seconds: float = 0.0
+    tokens: int = 0
+    forwards: int = 0
+    identical: int = 0
+    runs: int = 0
+
+    def add(self, other: "Tally") -> None:
+        for name in ("seconds", "tokens", "forwards", "identical", "runs"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def race(contenders: dict[str, Contender], prompts: list[list[int]], on_run: Callable[[str], None]) -> dict[str, Tally]:
+    """Decode every prompt with every contender, rotating who goes first; `on_run(name)` after each run."""
+    names = list(contenders)
+    tallies = {name: Tally() for name in names}
+    for i, prompt in enumerate(prompts):
+        shift = i % len(names)
+        outputs = {}
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            outputs[name] = contenders[name](prompt)
+            tallies[name].seconds += time.perf_counter() - start
+            tallies[name].tokens += len(outputs[name].tokens)
+            tallies[name].forwards += outputs[name].forwards
+            tallies[name].runs += 1
+            on_run(name)
+        for name in names:
+            tallies[name].identical += outputs[name].tokens == outputs[BASELINE].tokens
+    return tallies
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the benchmark table."""
+
+    task: str
+    contender: str
+    tokens_per_second: float
+    speedup: float
+    tokens_per_forward: float
+    identical: int
+    runs: int
+    exact: bool  # whether the contender promises greedy's tokens (MTAD does not)
+
+
+def rows_for(task: str, tallies: dict[str, Tally], exact: dict[str, bool]) -> list[Row]:
+    base = tallies[BASELINE].tokens / tallies[BASELINE].seconds
+    rows = []
+    for name, t in tallies.items():
+        speed = t.tokens / t.seconds
+        per_forward = t.tokens / t.forwards if t.forwards else 0.0
+        rows.append(Row(task, name, speed, speed / base, per_forward, t.identical, t.runs, exact[name]))
+    return rows
+
+
+def run(
+    model: CausalLM,
+    tokenizer,
+    draft: CausalLM | None,
+    *,
+    names: Sequence[str],
+    tasks: Sequence[str],
+    prompts_per_task: int,
+    max_new_tokens: int,
+    options: dict[str, dict] | None = None,
+    progress: bool = True,
+) -> list[Row]:
+    """Run the benchmark; returns one `Row` per task and contender, then one per contender over all tasks.
+
+    `options[name]` are settings for strategy `name` (its defaults otherwise).
+    """
+    from tqdm.auto import tqdm
+
+    suite = load_suite()["tasks"]
+    eos = tokenizer.eos_token_id
+    contenders = contenders_for(names, model, draft, max_new_tokens=max_new_tokens, eos_token_id=eos, options=options)
+    exact = {name: _is_exact(name) for name in contenders}
+    prompts = {
+        task: [_tokenize(tokenizer, messages) for messages in suite[task]["prompts"][:prompts_per_task]]
+        for task in tasks
+    }
+
+    # warm-up outside the timings: one-off allocations, and lookahead's measurement of its forward costs
+    warm = prompts[tasks[0]][0]
+    for contender in contenders.values():
+        contender(warm[: min(len(warm), 16)])
+
+    total = sum(len(p) for p in prompts.values()) * len(contenders)
+    bar = tqdm(total=total, unit="run", desc="bench", disable=not progress)
+    rows, overall = [], {name: Tally() for name in contenders}
+    for task in tasks:
+        bar.set_description(f"bench {task}")
+
+        def tick(name: str) -> None:
+            bar.set_postfix_str(name, refresh=False)
+            bar.update()
+
+        tallies = race(contenders, prompts[task], tick)
+        rows += rows_for(task, tallies, exact)
+        for name, tally in tallies.items():
+            overall[name].add(tally)
+    bar.close()
+    return rows + rows_for("all", overall, exact)
+
+
+def _is_exact(name: str) -> bool:
+    return name in PEERS or getattr(REGISTRY[name], "exact", True)
+
+
+def _tokenize(tokenizer, messages: list[dict]) -> list[int]:
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"])
+
+
+def table(rows: Sequence[Row]) -> list[tuple]:
+    """Rows as printable tuples, under `TABLE_HEADER`."""
+    lines = []
+    for r in rows:
+        same = f"{r.identical}/{r.runs}" + ("" if r.exact else " (not exact by design)")
+        per_forward = f"{r.tokens_per_forward:.2f}" if r.tokens_per_forward else "-"
+        lines.append((r.task, r.contender, f"{r.tokens_per_second:.1f}", f"{r.speedup:.2f}x", per_forward, same))
+    return lines
+
+
+TABLE_HEADER = ("task", "contender", "tokens/s", "speed-up", "tokens/target forward", "identical to greedy")
+
+
+def write_json(path: str | Path, rows: Sequence[Row], settings: dict) -> None:
+    """The rows, the settings and the machine, as JSON."""
+    machine = dict(
+        platform=platform.platform(),
+        processor=platform.processor() or platform.machine(),
+        torch=torch.__version__,
+        torch_threads=torch.get_num_threads(),
+    )
+    document = dict(settings=settings, machine=machine, rows=[asdict(r) for r in rows])
+    Path(path).write_text(json.dumps(document, indent=1) + "\n")
+
+
+def plot(path: str | Path, rows: Sequence[Row], title: str) -> None:
+    """Two panels of grouped bars: speed-up over Autoregressive, and tokens per target forward."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(r.task for r in rows))
+    names = list(dict.fromkeys(r.contender for r in rows))
+    value = {(r.task, r.contender): r for r in rows}
+    width = 0.8 / len(tasks)
+    fig, axes = plt.subplots(2, 1, figsize=(max(7.0, 1.0 * len(names) + 2), 7), sharex=True)
+    for panel, (ax, label) in enumerate(
+        zip(axes, ("speed-up over autoregressive", "tokens per target forward"), strict=True)
+    ):
+        for t, task in enumerate(tasks):
+            xs = [i + (t - (len(tasks) - 1) / 2) * width for i in range(len(names))]
+            ys = [
+                (value[task, n].speedup if panel == 0 else value[task, n].tokens_per_forward)
+                if (task, n) in value
+                else 0.0
+                for n in names
+            ]
+            ax.bar(xs, ys, width, label=task)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_title(title)
+    axes[0].legend(ncol=len(tasks), fontsize="small")
+    axes[1].set_xticks(range(len(names)), names, rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,363 @@
+"""The `mtdecode` command line: watch a strategy decode, benchmark every strategy, draw the masks.
+
+    mtdecode generate --strategy lookahead --prompt "Why is the sky blue?" [--set window=5 ...]
+    mtdecode bench [--quick] [--json FILE] [--plot FILE.png]
+    mtdecode masks lookahead --window 4 --ngram 3 --guesses 2 --out mask.png
+
+Strategies come from `mtdecode.strategies.REGISTRY`, and their settings from the fields of
+their dataclasses, so a strategy added to the registry shows up here with nothing else to
+wire. Bad arguments end in a one-line error and exit code 2.
+"""
+
+import argparse
+import dataclasses
+import sys
+import time
+import types
+import typing
+from pathlib import Path
+
+import mtdecode
+from mtdecode import bench as suite
+from mtdecode.strategies import REGISTRY, needs_draft
+from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL
+
+
+class UsageError(Exception):
+    """A bad argument: reported in one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but its errors raise `UsageError` instead of printing the usage and exiting."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+# ----------------------------------------------------------------------------- shared arguments
+
+
+def strategy_settings(name: str, assignments: list[str]) -> dict:
+    """`--set key=value` pairs, checked against the strategy's dataclass fields and converted to their types."""
+    fields = {f.name: f for f in dataclasses.fields(REGISTRY[name]) if f.init and f.name != "draft"}
+    settings = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        if not sep:
+            raise UsageError(f"--set takes key=value, got {assignment!r}")
+        if key not in fields:
+            known = ", ".join(fields) or "none"
+            raise UsageError(f"{name} has no setting {key!r} (its settings: {known})")
+        settings[key] = convert(text, fields[key].type, key)
+    return settings
+
+
+def convert(text: str, annotation, key: str):
+    """Turn `text` into a value of type `annotation` (int, float, bool, or one of these or None)."""
+    options = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    if type(None) in options and text.lower() == "none":
+        return None
+    for kind in (bool, int, float):
+        if kind not in options:
+            continue
+        if kind is bool:
+            if text.lower() in ("true", "false"):
+                return text.lower() == "true"
+            continue
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    wanted = " or ".join("None" if o is type(None) else getattr(o, "__name__", str(o)) for o in options)
+    raise UsageError(f"setting {key}={text!r}: expected {wanted}")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="the embedded model's name or a local model folder")
+    parser.add_argument(
+        "--draft", help=f"draft model for strategies that need one (default with the embedded model: {DRAFT_MODEL})"
+    )
+    parser.add_argument("--device", default="cpu", help="torch device for the models (cpu, cuda, ...)")
+
+
+def check_output(path: str | None, option: str) -> None:
+    """Fail before any work if an output file cannot be written where asked."""
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise UsageError(f"{option} {path}: its folder does not exist")
+
+
+def check_model_name(name: str) -> None:
+    if name not in (DEFAULT_MODEL, DRAFT_MODEL) and not Path(name).is_dir():
+        raise UsageError(f"no model {name!r}: give {DEFAULT_MODEL} or a local model folder")
+
+
+def draft_name(args: argparse.Namespace, wanted: bool, who: str) -> str | None:
+    """The draft to load: `--draft`, else the shipped draft if the model is the embedded one."""
+    if not wanted:
+        return None
+    if args.draft is not None:
+        return args.draft
+    if args.model == DEFAULT_MODEL:
+        return DRAFT_MODEL
+    raise UsageError(f"{who} needs a draft model: pass --draft (a local model folder with the same vocabulary)")
+
+
+def load(name: str, device: str):
+    check_model_name(name)
+    print(f"loading {name} ...", file=sys.stderr, flush=True)
+    try:
+        return mtdecode.load_model(name, device=device)
+    except (OSError, ValueError, RuntimeError) as error:
+        raise UsageError(f"cannot load model {name!r}: {_first_line(error)}") from error
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+# ----------------------------------------------------------------------------- mtdecode generate
+
+
+def generate(args: argparse.Namespace) -> int:
+    from mtdecode.trace import Trace, summary_line, wants_color
+
+    check_output(args.html, "--html")
+    strategy_class = REGISTRY[args.strategy]
+    settings = strategy_settings(args.strategy, args.set)
+    if args.draft is not None and not needs_draft(strategy_class):
+        raise UsageError(f"{args.strategy} takes no draft model; --draft is for: {', '.join(_drafted())}")
+    draft_wanted = draft_name(args, needs_draft(strategy_class), args.strategy)
+    check_model_name(args.model)
+
+    model = load(args.model, args.device)
+    tokenizer = mtdecode.load_tokenizer(args.model)
+    if draft_wanted is not None:
+        settings["draft"] = load(draft_wanted, args.device)
+    try:
+        strategy = strategy_class(**settings)
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"{args.strategy}: {_first_line(error)}") from error
+    if not tokenizer.chat_template:
+        raise UsageError(f"the tokenizer of {args.model!r} has no chat template")
+    messages = [{"role": "user", "content": args.prompt}]
+    prompt = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"])
+
+    trace = Trace(tokenizer, stream=sys.stdout, color=wants_color(args.color))
+    try:
+        # warm-up, untimed: one-off allocations, and lookahead's one measurement of its forward costs
+        mtdecode.generate(model, prompt[:8], strategy, max_new_tokens=2)
+        result = mtdecode.generate(
+            model,
+            prompt,
+            strategy,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            eos_token_id=tokenizer.eos_token_id,
+            seed=args.seed,
+            on_step=trace.add,
+        )
+    except ValueError as error:  # generate's input checks: budget, context length, sampler settings
+        raise UsageError(_first_line(error)) from error
+    trace.finish()
+    summary = summary_line(result.stats)
+    print(f"\n\n[{args.strategy}] {summary}")
+    if args.html:
+        title = f"mtdecode generate --strategy {args.strategy}"
+        Path(args.html).write_text(trace.html(title=title, prompt=args.prompt, summary=summary))
+        print(f"coloured trace written to {args.html}")
+    return 0
+
+
+def _drafted() -> list[str]:
+    return [name for name, cls in REGISTRY.items() if needs_draft(cls)]
+
+
+# ----------------------------------------------------------------------------- mtdecode bench
+
+QUICK = dict(prompts_per_task=1, max_new_tokens=32)
+FULL = dict(prompts_per_task=8, max_new_tokens=64)
+
+
+def bench(args: argparse.Namespace) -> int:
+    from mtdecode.demo import print_table
+
+    check_output(args.json, "--json")
+    check_output(args.plot, "--plot")
+    names = args.strategies or [*REGISTRY, *suite.PEERS]
+    tasks = args.tasks or list(suite.load_suite()["tasks"])
+    size = dict(QUICK if args.quick else FULL)
+    if args.prompts_per_task is not None:
+        size["prompts_per_task"] = args.prompts_per_task
+    if args.max_new_tokens is not None:
+        size["max_new_tokens"] = args.max_new_tokens
+    options = bench_options(args.set, names)
+    drafted = [n for n in names if n == "hf-assisted" or (n in REGISTRY and needs_draft(REGISTRY[n]))]
+    draft_wanted = draft_name(args, bool(drafted), " and ".join(drafted))
+    check_model_name(args.model)
+
+    start = time.perf_counter()
+    model = load(args.model, args.device)
+    tokenizer = mtdecode.load_tokenizer(args.model)
+    draft = load(draft_wanted, args.device) if draft_wanted else None
+    _quiet_transformers()
+    try:
+        rows = suite.run(
+            model, tokenizer, draft, names=names, tasks=tasks, options=options, progress=not args.no_progress, **size
+        )
+    except (TypeError, ValueError) as error:  # a strategy refused a --set value
+        raise UsageError(_first_line(error)) from error
+    seconds = time.perf_counter() - start
+
+    print(
+        f"\n{args.model}: {size['prompts_per_task']} prompt(s) per task, at most {size['max_new_tokens']} new tokens, "
+        f"greedy, interleaved runs in one process; {seconds:.0f} s in all"
+    )
+    print_table(suite.TABLE_HEADER, suite.table(rows))
+    settings = dict(
+        model=args.model, draft=draft_wanted, tasks=tasks, options=options, seconds=round(seconds, 1), **size
+    )
+    if args.json:
+        suite.write_json(args.json, rows, settings)
+        print(f"results written to {args.json}")
+    if args.plot:
+        suite.plot(args.plot, rows, title=f"{Path(args.model).name}, greedy, {size['max_new_tokens']} new tokens")
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def bench_options(assignments: list[str], names: list[str]) -> dict[str, dict]:
+    """`--set NAME.KEY=VALUE` for the benchmark: settings per strategy."""
+    grouped: dict[str, list[str]] = {}
+    for assignment in assignments:
+        name, dot, rest = assignment.partition(".")
+        if not dot or name not in REGISTRY:
+            raise UsageError(f"bench --set takes STRATEGY.KEY=VALUE with a strategy name, got {assignment!r}")
+        if name not in names:
+            raise UsageError(f"--set {assignment}: {name} is not among the strategies benchmarked")
+        grouped.setdefault(name, []).append(rest)
+    return {name: strategy_settings(name, rest) for name, rest in grouped.items()}
+
+
+def _quiet_transformers() -> None:
+    """transformers warns on every assisted-generation call; the benchmark's table is what matters."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+
+
+# ----------------------------------------------------------------------------- mtdecode masks
+
+
+def masks(args: argparse.Namespace) -> int:
+    from mtdecode.masks import figures
+
+    check_output(args.out, "--out")
+    prefix = figures.prefix_names(args.prefix)
+    try:
+        if args.kind == "lookahead":
+            figure = figures.lookahead_mask(args.window, args.ngram, args.guesses, prefix)
+        elif args.kind == "speculative":
+            figure = figures.speculative_mask(args.draft_tokens, prefix)
+        elif args.kind == "tree":
+            parents = [int(p) for p in args.parents.split(",")]
+            figure = figures.tree_mask(parents, prefix)
+        else:
+            figure = figures.causal_mask(args.length, prefix)
+    except ValueError as error:
+        raise UsageError(_first_line(error)) from error
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    figure.plot(args.out)
+    print(f"{figure.title}: {tuple(figure.mask.shape)} mask written to {args.out}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- the parser
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def at_least_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="mtdecode", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    g = commands.add_parser("generate", help="answer one prompt, coloured by step")
+    g.add_argument("--strategy", required=True, choices=list(REGISTRY))
+    g.add_argument("--prompt", required=True)
+    add_model_arguments(g)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    g.add_argument("--top-k", type=int)
+    g.add_argument("--top-p", type=float)
+    g.add_argument("--max-new-tokens", type=at_least_zero, default=128)
+    g.add_argument("--seed", type=int, help="seed for sampling (default: a fresh one each run)")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a strategy setting, e.g. window=5")
+    g.add_argument("--html", help="also write the coloured trace to this HTML file")
+    g.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    g.set_defaults(run=generate)
+
+    b = commands.add_parser("bench", help="every strategy and transformers' decoders on the prompt suite")
+    add_model_arguments(b)
+    b.add_argument("--quick", action="store_true", help=f"1 prompt per task, {QUICK['max_new_tokens']} new tokens")
+    b.add_argument("--strategies", nargs="+", choices=[*REGISTRY, *suite.PEERS], help="default: all, and the peers")
+    b.add_argument("--tasks", nargs="+", choices=list(suite.load_suite()["tasks"]))
+    b.add_argument("--prompts-per-task", type=positive)
+    b.add_argument("--max-new-tokens", type=positive)
+    b.add_argument(
+        "--set", action="append", default=[], metavar="NAME.KEY=VALUE", help="e.g. speculative.num_draft_tokens=1"
+    )
+    b.add_argument("--json", help="write the results to this JSON file")
+    b.add_argument("--plot", help="draw speed-up and tokens per forward to this PNG file")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.set_defaults(run=bench)
+
+    m = commands.add_parser("masks", help="draw the attention mask a strategy builds")
+    m.add_argument("kind", choices=("lookahead", "speculative", "tree", "causal"))
+    m.add_argument("--out", required=True, help="picture file (.png, .svg, ...)")
+    m.add_argument("--prefix", type=at_least_zero, default=2, help="committed tokens already in the cache")
+    m.add_argument("--window", type=positive, default=4, help="lookahead: W, the window's columns")
+    m.add_argument("--ngram", type=positive, default=3, help="lookahead: N, the n-gram size (N-1 window rows)")
+    m.add_argument("--guesses", type=at_least_zero, default=2, help="lookahead: G, candidate n-grams verified")
+    m.add_argument("--draft-tokens", type=positive, default=4, help="speculative: k, the draft's guesses")
+    m.add_argument(
+        "--parents", default="-1,0,0,1,-1", help="tree: each node's parent, -1 for the prefix (--parents=-1,0)"
+    )
+    m.add_argument("--length", type=positive, default=4, help="causal: new tokens")
+    m.set_defaults(run=masks)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code (2 for a bad argument)."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # per-file loading bars; the CLI prints its own progress
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return args.run(args)
+    except UsageError as error:
+        print(f"mtdecode: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nmtdecode: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""The `mtdecode` command line on tiny random models saved to disk (`--model FOLDER`)."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+ANSI = re.compile(r"\x1b\[(\d+)m(.*?)\x1b\[0m", re.S)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, one_thread):
+    """A tiny target and a perturbed copy as its draft, each with the byte tokenizer, in float32."""
+    from mtdecode.testing.models import byte_tokenizer, perturbed, save_checkpoint, tiny_model
+
+    size = len(byte_tokenizer())
+    target = tiny_model(vocab_size=size, seed=3, max_position_embeddings=2048)
+    draft = perturbed(target, 0.05, seed=1)
+    root = tmp_path_factory.mktemp("cli")
+    return str(save_checkpoint(target, root / "target")), str(save_checkpoint(draft, root / "draft"))
+
+
+def run(argv, capsys):
+    from mtdecode.cli import main
+
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def greedy_text(folder, prompt_text, n):
+    import mtdecode
+    from mtdecode.strategies import Autoregressive
+
+    tokenizer = mtdecode.load_tokenizer(folder)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": prompt_text}], add_generation_prompt=True)
+    result = mtdecode.generate(
+        mtdecode.load_model(folder), prompt["input_ids"], Autoregressive(), max_new_tokens=n, eos_token_id=257
+    )
+    return tokenizer.decode(result.tokens[0], skip_special_tokens=True), result.stats.target_forwards
+
+
+@pytest.mark.parametrize("strategy", ["autoregressive", "speculative", "jacobi", "prompt_lookup", "lookahead", "mtad"])
+def test_generate_streams_the_answer_coloured_by_step(strategy, folders, capsys, tmp_path):
+    from mtdecode.strategies import REGISTRY, needs_draft
+
+    target, draft = folders
+    page = tmp_path / "trace.html"
+    argv = ["generate", "--strategy", strategy, "--model", target, "--prompt", "Say hi", "--max-new-tokens", "20"]
+    argv += ["--color", "always", "--html", str(page)]
+    argv += ["--draft", draft] if needs_draft(REGISTRY[strategy]) else []
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+
+    answer, summary = out.rsplit("\n\n[", 1)
+    pieces = ANSI.findall(answer)
+    assert "".join(text for _, text in pieces) == ANSI.sub(r"\2", answer)  # every character is coloured
+    assert all(a != b for (a, _), (b, _) in zip(pieces, pieces[1:], strict=False)), "neighbouring steps share a colour"
+    tokens, forwards = map(int, re.match(rf"{strategy}\] (\d+) tokens, (\d+) target forwards", summary).groups())
+    assert tokens == 20 and len(pieces) <= forwards
+    if getattr(REGISTRY[strategy], "exact", True):
+        text, greedy_forwards = greedy_text(target, "Say hi", 20)
+        assert ANSI.sub(r"\2", answer) == text
+        if strategy == "autoregressive":
+            assert forwards == greedy_forwards == 20
+    html = page.read_text()
+    assert html.count("<span style=") == len(pieces) and "tokens per forward" in html
+
+
+def test_trace_gives_each_step_one_colour():
+    """Steps of 1, 3 and 2 tokens become 3 pieces; a character split over two steps waits for its end."""
+    import io
+
+    from mtdecode.session import Step
+    from mtdecode.testing.models import byte_tokenizer
+    from mtdecode.trace import ANSI as COLOURS
+    from mtdecode.trace import Trace
+
+    tokenizer = byte_tokenizer()
+    ids = tokenizer("a<bcé", add_special_tokens=False)["input_ids"]  # é is two byte tokens
+    assert len(ids) == 6
+    stream = io.StringIO()
+    trace = Trace(tokenizer, stream=stream, color=True)
+    for chunk in (ids[:1], ids[1:4], ids[4:5], ids[5:]):
+        trace.add(Step(tuple(chunk), drafted=0, accepted=0))
+    assert trace.pieces == [("a", 0), ("<bc", 1), ("é", 3)]
+    assert stream.getvalue() == f"\x1b[{COLOURS[0]}ma\x1b[0m\x1b[{COLOURS[1]}m<bc\x1b[0m\x1b[{COLOURS[2]}mé\x1b[0m"
+    page = trace.html(title="t", prompt="p", summary="s")
+    assert "&lt;bc</span>" in page and "<bc" not in page  # escaped
+
+
+def test_bench_quick_on_a_tiny_model(folders, capsys, tmp_path):
+    from mtdecode.bench import PEERS, load_suite
+    from mtdecode.strategies import REGISTRY
+
+    target, draft = folders
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    argv = ["bench", "--model", target, "--draft", draft, "--quick", "--max-new-tokens", "12", "--no-progress"]
+    argv += ["--set", "speculative.num_draft_tokens=2", "--set", "lookahead.window=3"]
+    code, out, err = run([*argv, "--json", str(out_json), "--plot", str(out_png)], capsys)
+    assert code == 0, err
+    document = json.loads(out_json.read_text())
+    assert document["settings"]["options"] == {"speculative": {"num_draft_tokens": 2}, "lookahead": {"window": 3}}
+    rows = document["rows"]
+    tasks = list(load_suite()["tasks"])
+    assert [(r["task"], r["contender"]) for r in rows] == [(t, c) for t in [*tasks, "all"] for c in [*REGISTRY, *PEERS]]
+    by = {(r["task"], r["contender"]): r for r in rows}
+    for task in [*tasks, "all"]:
+        assert by[task, "autoregressive"]["speedup"] == 1.0
+        assert by[task, "autoregressive"]["tokens_per_forward"] == 1.0
+        assert by[task, "hf-greedy"]["tokens_per_forward"] == 1.0  # the forward hook counts one pass per token
+    for r in rows:
+        if r["exact"]:
+            assert r["identical"] == r["runs"], r
+    assert by["all", "autoregressive"]["runs"] == len(tasks)
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
+    assert "hf-prompt-lookup" in out and "speed-up" in out
+
+
+@pytest.mark.parametrize(
+    "kind, options, rows",
+    [
+        ("lookahead", ["--window", "4", "--ngram", "3", "--guesses", "2"], 1 + 3 + 4 + 2 * 2),
+        ("speculative", ["--draft-tokens", "4"], 5),
+        ("tree", ["--parents=-1,0,0,1,-1"], 5),
+        ("causal", ["--length", "3"], 3),
+    ],
+)
+def test_masks_draws_each_kind(kind, options, rows, capsys, tmp_path):
+    out = tmp_path / "mask.png"
+    code, printed, err = run(["masks", kind, *options, "--prefix", "2", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert f"({rows}, {rows + 2}) mask" in printed
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_lookahead_mask_labels_name_every_row_and_column():
+    from mtdecode.masks import LookaheadLayout
+    from mtdecode.masks.figures import lookahead_mask
+
+    figure = lookahead_mask(4, 3, 2, ["p0", "p1"])
+    layout = LookaheadLayout(context=1, rows=2, columns=4, candidates=2, length=2)
+    assert figure.query_labels[layout.cell(1, 2)] == f"w12 @{2 + 1 + 2}"  # x0 at position 2, cell (r, j) at 2 + r + j
+    assert figure.query_labels[layout.candidate(1, 0)] == "c10 @3"
+    assert figure.key_labels[:3] == ["p0", "p1", "x0"]
+
+
+BAD = [
+    (["generate", "--strategy", "beam", "--prompt", "x"], "invalid choice: 'beam'"),
+    (["generate", "--strategy", "lookahead", "--prompt", "x", "--set", "width=3"], "has no setting 'width'"),
+    (["generate", "--strategy", "lookahead", "--prompt", "x", "--set", "window=big"], "expected int or None"),
+    (["generate", "--strategy", "lookahead", "--prompt", "x", "--set", "window"], "--set takes key=value"),
+    (["generate", "--strategy", "jacobi", "--prompt", "x", "--set", "block=0", "--model", "TARGET"], "block must be"),
+    (["generate", "--strategy", "speculative", "--prompt", "x", "--model", "TARGET"], "needs a draft model"),
+    (["generate", "--strategy", "mtad", "--prompt", "x", "--model", "TARGET"], "needs a draft model"),
+    (["generate", "--strategy", "jacobi", "--prompt", "x", "--draft", "DRAFT"], "takes no draft model"),
+    (["generate", "--strategy", "jacobi", "--prompt", "x", "--model", "/nowhere/model"], "no model '/nowhere/model'"),
+    (
+        ["generate", "--strategy", "jacobi", "--prompt", "x", "--max-new-tokens", "-1", "--model", "TARGET"],
+        "integer >= 0",
+    ),
+    (["generate", "--strategy", "jacobi", "--prompt", "x", "--html", "/nowhere/t.html"], "does not exist"),
+    (["bench", "--model", "TARGET", "--strategies", "speculative"], "needs a draft model"),
+    (["bench", "--model", "TARGET", "--strategies", "jacobi", "--max-new-tokens", "0"], "expected an integer >= 1"),
+    (["bench", "--tasks", "poetry"], "invalid choice: 'poetry'"),
+    (["bench", "--set", "window=3"], "takes STRATEGY.KEY=VALUE"),
+    (["bench", "--strategies", "jacobi", "--set", "lookahead.window=3"], "lookahead is not among"),
+    (["bench", "--set", "lookahead.width=3"], "has no setting 'width'"),
+    (["masks", "lookahead", "--ngram", "1", "--out", "m.png"], "ngram must be >= 2"),
+    (["masks", "tree", "--parents=-1,5", "--out", "m.png"], "parents[1] = 5"),
+    (["masks", "speculative", "--draft-tokens", "0", "--out", "m.png"], "expected an integer >= 1"),
+    (["masks", "causal"], "the following arguments are required: --out"),
+    ([], "the following arguments are required: command"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD)
+def test_bad_arguments_give_one_line_and_exit_code_2(argv, message, folders, capsys):
+    target, draft = folders
+    argv = [target if a == "TARGET" else draft if a == "DRAFT" else a for a in argv]
+    code, out, err = run(argv, capsys)
+    assert code == 2
+    *progress, last = err.splitlines()  # "loading ..." lines may come before a late error
+    assert last.startswith("mtdecode: error: ") and message in last, err
+    assert all(line.startswith("loading ") for line in progress), err
+    assert "Traceback" not in out + err
+
+
+def test_console_script_exits_with_2():
+    """The installed `mtdecode` command (here `python -m mtdecode`) reports a bad argument in one line."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mtdecode", "generate", "--strategy", "beam", "--prompt", "x"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "invalid choice: 'beam'" in done.stderr
