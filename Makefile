@@ -29,7 +29,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 bench: $(STAMP)
-	$(PY) benchmarks/greedy_vs_transformers.py
+	mkdir -p build
+	$(VENV)/bin/mtdecode bench --json build/bench.json --plot build/bench.png
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve

@@ -102,12 +102,25 @@ def draft_name(args: argparse.Namespace, wanted: bool, who: str) -> str | None:
     raise UsageError(f"{who} needs a draft model: pass --draft (a local model folder with the same vocabulary)")
 
 
+def check_device(device: str) -> None:
+    """A device torch knows and can use here (CUDA only if torch sees a GPU)."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as error:
+        raise UsageError(f"--device {device}: {_first_line(error)}") from error
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: torch sees no CUDA GPU on this machine")
+
+
 def load(name: str, device: str):
     check_model_name(name)
+    check_device(device)
     print(f"loading {name} ...", file=sys.stderr, flush=True)
     try:
         return mtdecode.load_model(name, device=device)
-    except (OSError, ValueError, RuntimeError) as error:
+    except (OSError, ValueError, RuntimeError, mtdecode.UnsupportedModelError) as error:
         raise UsageError(f"cannot load model {name!r}: {_first_line(error)}") from error
 
 
@@ -122,6 +135,7 @@ def generate(args: argparse.Namespace) -> int:
     from mtdecode.trace import Trace, summary_line, wants_color
 
     check_output(args.html, "--html")
+    check_device(args.device)
     strategy_class = REGISTRY[args.strategy]
     settings = strategy_settings(args.strategy, args.set)
     if args.draft is not None and not needs_draft(strategy_class):
@@ -158,7 +172,7 @@ def generate(args: argparse.Namespace) -> int:
             seed=args.seed,
             on_step=trace.add,
         )
-    except ValueError as error:  # generate's input checks: budget, context length, sampler settings
+    except (ValueError, mtdecode.UnsupportedModelError) as error:  # generate's checks: budget, context, sampler
         raise UsageError(_first_line(error)) from error
     trace.finish()
     summary = summary_line(result.stats)
@@ -185,6 +199,7 @@ def bench(args: argparse.Namespace) -> int:
 
     check_output(args.json, "--json")
     check_output(args.plot, "--plot")
+    check_device(args.device)
     names = args.strategies or [*REGISTRY, *suite.PEERS]
     tasks = args.tasks or list(suite.load_suite()["tasks"])
     size = dict(QUICK if args.quick else FULL)
@@ -206,7 +221,7 @@ def bench(args: argparse.Namespace) -> int:
         rows = suite.run(
             model, tokenizer, draft, names=names, tasks=tasks, options=options, progress=not args.no_progress, **size
         )
-    except (TypeError, ValueError) as error:  # a strategy refused a --set value
+    except (TypeError, ValueError) as error:  # a strategy refused a --set value, or the draft does not fit
         raise UsageError(_first_line(error)) from error
     seconds = time.perf_counter() - start
 

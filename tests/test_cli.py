@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ def folders(tmp_path_factory, one_thread):
     target = tiny_model(vocab_size=size, seed=3, max_position_embeddings=2048)
     draft = perturbed(target, 0.05, seed=1)
     root = tmp_path_factory.mktemp("cli")
+    tiny_model(vocab_size=size + 5, seed=4).save_pretrained(root / "other-vocab")
     return str(save_checkpoint(target, root / "target")), str(save_checkpoint(draft, root / "draft"))
 
 
@@ -156,6 +158,8 @@ BAD = [
     (["generate", "--strategy", "speculative", "--prompt", "x", "--model", "TARGET"], "needs a draft model"),
     (["generate", "--strategy", "mtad", "--prompt", "x", "--model", "TARGET"], "needs a draft model"),
     (["generate", "--strategy", "jacobi", "--prompt", "x", "--draft", "DRAFT"], "takes no draft model"),
+    (["generate", "--strategy", "mtad", "--prompt", "x", "--model", "TARGET", "--draft", "ODD"], "vocabulary (264"),
+    (["bench", "--model", "TARGET", "--draft", "ODD", "--strategies", "speculative"], "vocabulary (264"),
     (["generate", "--strategy", "jacobi", "--prompt", "x", "--model", "/nowhere/model"], "no model '/nowhere/model'"),
     (
         ["generate", "--strategy", "jacobi", "--prompt", "x", "--max-new-tokens", "-1", "--model", "TARGET"],
@@ -164,6 +168,7 @@ BAD = [
     (["generate", "--strategy", "jacobi", "--prompt", "x", "--html", "/nowhere/t.html"], "does not exist"),
     (["bench", "--model", "TARGET", "--strategies", "speculative"], "needs a draft model"),
     (["bench", "--model", "TARGET", "--strategies", "jacobi", "--max-new-tokens", "0"], "expected an integer >= 1"),
+    (["generate", "--strategy", "jacobi", "--prompt", "x", "--device", "gpu7"], "--device gpu7"),
     (["bench", "--tasks", "poetry"], "invalid choice: 'poetry'"),
     (["bench", "--set", "window=3"], "takes STRATEGY.KEY=VALUE"),
     (["bench", "--strategies", "jacobi", "--set", "lookahead.window=3"], "lookahead is not among"),
@@ -179,7 +184,8 @@ BAD = [
 @pytest.mark.parametrize("argv, message", BAD)
 def test_bad_arguments_give_one_line_and_exit_code_2(argv, message, folders, capsys):
     target, draft = folders
-    argv = [target if a == "TARGET" else draft if a == "DRAFT" else a for a in argv]
+    odd = str(Path(target).parent / "other-vocab")  # a draft whose vocabulary differs from the target's
+    argv = [{"TARGET": target, "DRAFT": draft, "ODD": odd}.get(a, a) for a in argv]
     code, out, err = run(argv, capsys)
     assert code == 2
     *progress, last = err.splitlines()  # "loading ..." lines may come before a late error
