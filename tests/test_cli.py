@@ -94,7 +94,9 @@ def test_trace_gives_each_step_one_colour():
 
 
 def test_bench_quick_on_a_tiny_model(folders, capsys, tmp_path):
-    from mtdecode.bench import PEERS, load_suite
+    from dataclasses import asdict
+
+    from mtdecode.bench import PEERS, load_suite, read_json
     from mtdecode.strategies import REGISTRY
 
     target, draft = folders
@@ -117,6 +119,7 @@ def test_bench_quick_on_a_tiny_model(folders, capsys, tmp_path):
         if r["exact"]:
             assert r["identical"] == r["runs"], r
     assert by["all", "autoregressive"]["runs"] == len(tasks)
+    assert [asdict(row) for row in read_json(out_json)] == rows
     assert out_png.read_bytes()[:4] == b"\x89PNG"
     assert "hf-prompt-lookup" in out and "speed-up" in out
 

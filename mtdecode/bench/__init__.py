@@ -14,6 +14,7 @@ Decoding is greedy (temperature 0) and stops at the model's end-of-turn token.
 """
 
 import json
+import os
 import platform
 import time
 from collections.abc import Callable, Sequence
@@ -261,6 +262,7 @@ TABLE_HEADER = ("task", "contender", "tokens/s", "speed-up", "tokens/target forw
 def write_json(path: str | Path, rows: Sequence[Row], settings: dict) -> None:
     """The rows, the settings and the machine, as JSON."""
     machine = dict(
+        cpus=os.cpu_count(),
         platform=platform.platform(),
         processor=platform.processor() or platform.machine(),
         torch=torch.__version__,
@@ -268,6 +270,11 @@ def write_json(path: str | Path, rows: Sequence[Row], settings: dict) -> None:
     )
     document = dict(settings=settings, machine=machine, rows=[asdict(r) for r in rows])
     Path(path).write_text(json.dumps(document, indent=1) + "\n")
+
+
+def read_json(path: str | Path) -> list[Row]:
+    """The rows of a file that `write_json` wrote (to print or plot them again)."""
+    return [Row(**row) for row in json.loads(Path(path).read_text())["rows"]]
 
 
 def plot(path: str | Path, rows: Sequence[Row], title: str) -> None:
@@ -295,10 +302,11 @@ def plot(path: str | Path, rows: Sequence[Row], title: str) -> None:
             ]
             ax.bar(xs, ys, width, label=task)
         ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_ylim(0, 1.3 * max(ax.get_ylim()[1], 1.0))  # head-room for the legend
         ax.set_ylabel(label)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_title(title)
-    axes[0].legend(ncol=len(tasks), fontsize="small")
+    axes[0].legend(ncol=len(tasks), fontsize="small", loc="upper left")
     axes[1].set_xticks(range(len(names)), names, rotation=30, ha="right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
