@@ -141,7 +141,7 @@ def main() -> None:
                 print(f"tuned Lookahead(prompt_pool={pool}) in this process: W={w}, N={n}, G={g}")
         with tqdm(total=args.rounds * len(prompts) * len(contenders), desc="interleaved runs", unit="run") as bar:
             tallies = race(contenders, prompts * args.rounds, lambda _: bar.update())
-        exact = {name: not name.startswith("mtad") for name in contenders}
+        exact = {name: getattr(REGISTRY.get(name.split(" ")[0]), "exact", True) for name in contenders}
         print(
             f"\n{set_name} prompts: {args.rounds} x {len(prompts)} runs, at most {args.new_tokens} new tokens, "
             "greedy, interleaved"

@@ -141,7 +141,6 @@ def generate(args: argparse.Namespace) -> int:
     if args.draft is not None and not needs_draft(strategy_class):
         raise UsageError(f"{args.strategy} takes no draft model; --draft is for: {', '.join(_drafted())}")
     draft_wanted = draft_name(args, needs_draft(strategy_class), args.strategy)
-    check_model_name(args.model)
 
     model = load(args.model, args.device)
     tokenizer = mtdecode.load_tokenizer(args.model)
@@ -210,7 +209,6 @@ def bench(args: argparse.Namespace) -> int:
     options = bench_options(args.set, names)
     drafted = [n for n in names if n == "hf-assisted" or (n in REGISTRY and needs_draft(REGISTRY[n]))]
     draft_wanted = draft_name(args, bool(drafted), " and ".join(drafted))
-    check_model_name(args.model)
 
     start = time.perf_counter()
     model = load(args.model, args.device)

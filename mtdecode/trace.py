@@ -74,10 +74,6 @@ class Trace:
             self.stream.write(f"\x1b[{code}m{new}\x1b[0m" if self.color else new)
             self.stream.flush()
 
-    @property
-    def text(self) -> str:
-        return "".join(piece for piece, _ in self.pieces)
-
     def html(self, *, title: str, prompt: str, summary: str) -> str:
         """A self-contained HTML page (no external files) with the answer coloured by step."""
         spans = []
