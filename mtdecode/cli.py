@@ -136,6 +136,7 @@ def generate(args: argparse.Namespace) -> int:
 
     check_output(args.html, "--html")
     check_device(args.device)
+    check_model_name(args.model)
     strategy_class = REGISTRY[args.strategy]
     settings = strategy_settings(args.strategy, args.set)
     if args.draft is not None and not needs_draft(strategy_class):
@@ -199,6 +200,7 @@ def bench(args: argparse.Namespace) -> int:
     check_output(args.json, "--json")
     check_output(args.plot, "--plot")
     check_device(args.device)
+    check_model_name(args.model)
     names = args.strategies or [*REGISTRY, *suite.PEERS]
     tasks = args.tasks or list(suite.load_suite()["tasks"])
     size = dict(QUICK if args.quick else FULL)

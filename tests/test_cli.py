@@ -164,6 +164,8 @@ BAD = [
     (["generate", "--strategy", "mtad", "--prompt", "x", "--model", "TARGET", "--draft", "ODD"], "vocabulary (264"),
     (["bench", "--model", "TARGET", "--draft", "ODD", "--strategies", "speculative"], "vocabulary (264"),
     (["generate", "--strategy", "jacobi", "--prompt", "x", "--model", "/nowhere/model"], "no model '/nowhere/model'"),
+    (["generate", "--strategy", "mtad", "--prompt", "x", "--model", "/nowhere/model"], "no model '/nowhere/model'"),
+    (["bench", "--model", "/nowhere/model"], "no model '/nowhere/model'"),
     (
         ["generate", "--strategy", "jacobi", "--prompt", "x", "--max-new-tokens", "-1", "--model", "TARGET"],
         "integer >= 0",
