@@ -73,6 +73,7 @@ def convert(text: str, annotation, key: str):
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--model`, `--draft` and `--device`, shared by `generate` and `bench`."""
     parser.add_argument("--model", default=DEFAULT_MODEL, help="the embedded model's name or a local model folder")
     parser.add_argument(
         "--draft", help=f"draft model for strategies that need one (default with the embedded model: {DRAFT_MODEL})"
@@ -87,6 +88,7 @@ def check_output(path: str | None, option: str) -> None:
 
 
 def check_model_name(name: str) -> None:
+    """The embedded model, the shipped draft, or an existing folder (nothing is fetched from a hub)."""
     if name not in (DEFAULT_MODEL, DRAFT_MODEL) and not Path(name).is_dir():
         raise UsageError(f"no model {name!r}: give {DEFAULT_MODEL} or a local model folder")
 
@@ -115,6 +117,7 @@ def check_device(device: str) -> None:
 
 
 def load(name: str, device: str):
+    """`mtdecode.load_model`, with its failures turned into one-line usage errors."""
     check_model_name(name)
     check_device(device)
     print(f"loading {name} ...", file=sys.stderr, flush=True)
@@ -132,6 +135,7 @@ def _first_line(error: BaseException) -> str:
 
 
 def generate(args: argparse.Namespace) -> int:
+    """`mtdecode generate`: one prompt, one strategy, the answer streamed and coloured by step."""
     from mtdecode.trace import Trace, summary_line, wants_color
 
     check_output(args.html, "--html")
@@ -195,6 +199,7 @@ FULL = dict(prompts_per_task=8, max_new_tokens=64)
 
 
 def bench(args: argparse.Namespace) -> int:
+    """`mtdecode bench`: the prompt suite through every contender (see `mtdecode.bench`)."""
     from mtdecode.demo import print_table
 
     check_output(args.json, "--json")
@@ -266,6 +271,7 @@ def _quiet_transformers() -> None:
 
 
 def masks(args: argparse.Namespace) -> int:
+    """`mtdecode masks`: draw one strategy's attention mask, every row and column labelled."""
     from mtdecode.masks import figures
 
     check_output(args.out, "--out")
