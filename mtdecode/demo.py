@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> None:
 def print_table(header: tuple[str, ...], rows: list[tuple]) -> None:
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]
     line = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(line.format(*header))
+    print(line.format(*header).rstrip())
     print(line.format(*("-" * w for w in widths)))
     for row in rows:
-        print(line.format(*map(str, row)))
+        print(line.format(*map(str, row)).rstrip())
 
 
 if __name__ == "__main__":

@@ -199,6 +199,43 @@ def test_bad_arguments_give_one_line_and_exit_code_2(argv, message, folders, cap
     assert "Traceback" not in out + err
 
 
+def test_a_strategy_added_to_the_registry_needs_no_wiring(folders, capsys, monkeypatch, tmp_path):
+    """A new registry entry is a `generate` choice, its dataclass fields are `--set` keys, and `bench` runs it."""
+    from dataclasses import dataclass
+
+    from mtdecode.strategies import REGISTRY, Autoregressive
+
+    @dataclass(frozen=True)
+    class Patient(Autoregressive):
+        """Autoregressive with one setting of its own, checked like any strategy's."""
+
+        patience: int = 1
+
+        def __post_init__(self):
+            if self.patience < 1:
+                raise ValueError(f"patience must be >= 1, got {self.patience}")
+
+    monkeypatch.setitem(REGISTRY, "patient", Patient)
+    target, _ = folders
+    argv = ["generate", "--strategy", "patient", "--model", target, "--prompt", "Say hi", "--max-new-tokens", "6"]
+    code, out, err = run([*argv, "--set", "patience=3", "--color", "never"], capsys)
+    assert code == 0, err
+    assert out.rsplit("\n\n[", 1)[0] == greedy_text(target, "Say hi", 6)[0]
+    code, _, err = run([*argv, "--set", "patience=0"], capsys)
+    assert code == 2 and "patience must be >= 1, got 0" in err
+    code, _, err = run([*argv, "--set", "patience=soon"], capsys)
+    assert code == 2 and "expected int" in err
+
+    out_json = tmp_path / "bench.json"
+    argv = ["bench", "--model", target, "--strategies", "patient", "--tasks", "chat", "--prompts-per-task", "1"]
+    argv += ["--max-new-tokens", "4", "--set", "patient.patience=2", "--no-progress", "--json", str(out_json)]
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    rows = {(r["task"], r["contender"]): r for r in json.loads(out_json.read_text())["rows"]}
+    assert set(rows) == {(task, name) for task in ("chat", "all") for name in ("autoregressive", "patient")}
+    assert rows["all", "patient"]["identical"] == 1 and rows["all", "patient"]["tokens_per_forward"] == 1.0
+
+
 def test_console_script_exits_with_2():
     """The installed `mtdecode` command (here `python -m mtdecode`) reports a bad argument in one line."""
     done = subprocess.run(
