@@ -27,6 +27,11 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("MTDECODE_HYPOTHESIS_PROFILE", "default"))
 
+# Under pytest-xdist every worker is a process of its own: share the cores among them, or
+# two workers of two threads each on two cores would spend their time waiting for each other.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
 
 def _devices():
     yield "cpu"

@@ -23,6 +23,50 @@ def test_missing_package_names_the_install_command(monkeypatch, tmp_path):
         mtdecode.load_model()
 
 
+BUILD_AT_ONCE = """
+import sys, time
+from pathlib import Path
+from mtdecode import zoo
+
+ready, log = Path(sys.argv[1]), Path(sys.argv[2])
+
+def dequantize(gguf_dir, folder):  # stands in for the 15 s of real work
+    with log.open("a") as f:
+        f.write("built\\n")
+    time.sleep(1.0)
+    folder.mkdir()
+    (folder / "model.safetensors").write_text("")
+    (folder / "tokenizer.json").write_text("")
+
+zoo._dequantize = dequantize
+(ready / sys.argv[3]).touch()
+while len(list(ready.iterdir())) < 2:  # start both look-ups together
+    time.sleep(0.01)
+print(zoo._smollm2_folder())
+"""
+
+
+def test_two_processes_dequantize_the_default_model_once(tmp_path):
+    """Parallel test workers, or two commands started together, build the cache folder once."""
+    import os
+    import subprocess
+    import sys
+
+    ready, log = tmp_path / "ready", tmp_path / "log"
+    ready.mkdir()
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", BUILD_AT_ONCE, str(ready), str(log), name], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for name in ("a", "b")
+    ]
+    folders = [run.communicate(timeout=120)[0].strip() for run in runs]
+    assert [run.returncode for run in runs] == [0, 0]
+    assert folders == [str(tmp_path / "cache" / "mtdecode" / zoo.DEFAULT_MODEL)] * 2
+    assert log.read_text() == "built\n"
+
+
 def test_a_local_folder_loads(tmp_path):
     tiny_model("qwen2").save_pretrained(tmp_path)
     import torch

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
 from mtdecode.model import CausalLM
 from mtdecode.zoo.skinny import skinny_linears
@@ -113,9 +114,23 @@ def _folder(name: str) -> str:
 def _smollm2_folder() -> Path:
     """The dequantized SmolLM2 folder, built from the packaged GGUF file on first use."""
     folder = cache_dir() / DEFAULT_MODEL
-    if (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists():
+    if _is_built(folder):
         return folder
     gguf_dir = _gguf_dir()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # one process builds it, others (parallel test workers, two commands at once) wait for it
+    with FileLock(folder.parent / f".{DEFAULT_MODEL}.lock"):
+        if not _is_built(folder):
+            _dequantize(gguf_dir, folder)
+    return folder
+
+
+def _is_built(folder: Path) -> bool:
+    return (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
+
+
+def _dequantize(gguf_dir: Path, folder: Path) -> None:
+    """Read the GGUF file, dequantize it to float32 and save model and tokenizer to `folder`."""
     print(f"mtdecode: dequantizing {_GGUF_FILE} into {folder} (once, about 15 s)", file=sys.stderr)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -124,13 +139,11 @@ def _smollm2_folder() -> Path:
     # The weights are now plain float32: drop the GGUF quantization record so they save as safetensors.
     model.hf_quantizer = None
     del model.config.quantization_config
-    folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL}-", dir=folder.parent))
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     shutil.rmtree(folder, ignore_errors=True)
     staging.rename(folder)  # atomic: a half-written folder is never picked up
-    return folder
 
 
 def _gguf_dir() -> Path:
