@@ -55,12 +55,8 @@ def test_two_processes_dequantize_the_default_model_once(tmp_path):
     ready, log = tmp_path / "ready", tmp_path / "log"
     ready.mkdir()
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    runs = [
-        subprocess.Popen(
-            [sys.executable, "-c", BUILD_AT_ONCE, str(ready), str(log), name], env=env, stdout=subprocess.PIPE, text=True
-        )
-        for name in ("a", "b")
-    ]
+    argv = [sys.executable, "-c", BUILD_AT_ONCE, str(ready), str(log)]
+    runs = [subprocess.Popen([*argv, name], env=env, stdout=subprocess.PIPE, text=True) for name in ("a", "b")]
     folders = [run.communicate(timeout=120)[0].strip() for run in runs]
     assert [run.returncode for run in runs] == [0, 0]
     assert folders == [str(tmp_path / "cache" / "mtdecode" / zoo.DEFAULT_MODEL)] * 2
