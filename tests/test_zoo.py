@@ -40,7 +40,10 @@ def dequantize(gguf_dir, folder):  # stands in for the 15 s of real work
 
 zoo._dequantize = dequantize
 (ready / sys.argv[3]).touch()
+deadline = time.monotonic() + 60
 while len(list(ready.iterdir())) < 2:  # start both look-ups together
+    if time.monotonic() > deadline:
+        sys.exit("the other process never got ready")
     time.sleep(0.01)
 print(zoo._smollm2_folder())
 """
