@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup bench docs figures lint clean
+.PHONY: demo test test-hosts setup bench docs figures lint clean
 
 demo: $(STAMP)
 	$(PY) -m mtdecode.demo
@@ -15,6 +15,11 @@ test: $(STAMP)
 	$(PY) -m pytest
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 	$(VENV)/bin/ruff check mtdecode tests benchmarks
+
+# the host-sensitive tests under other hosts' CPU kernels and thread counts, in a shuffled order
+# (see tests/hosts.py; SEED=n repeats an order)
+test-hosts: $(STAMP)
+	$(PY) tests/hosts.py
 
 setup: $(STAMP)
 

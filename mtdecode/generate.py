@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from mtdecode import sampling
 from mtdecode.model import CausalLM
 from mtdecode.sampling import Sampler
 from mtdecode.session import Session, Step
@@ -104,7 +105,8 @@ def generate(
     - `max_new_tokens`: at most this many tokens are generated (0 returns none).
     - `temperature`, `top_k`, `top_p`: the `Sampler`; `temperature=0` is greedy.
     - `eos_token_id`: stop after committing this token (or any of these tokens).
-    - `seed`: seeds the random generator, so sampled runs repeat exactly.
+    - `seed`: seeds the random generator, so sampled runs repeat exactly; `None` takes a fresh
+      seed each call (greedy tokens never depend on it, but Jacobi's and lookahead's steps do).
     - `progress`: show a progress bar over the new tokens.
     - `on_step`: called with each `Step` as soon as its tokens are committed (for streaming
       output; `mtdecode generate` colours the text by step with it).
@@ -130,10 +132,7 @@ def generate(
         )
     sampler = Sampler(temperature, top_k, top_p)
     generator = torch.Generator(device=target.device)
-    if seed is None:
-        generator.seed()
-    else:
-        generator.manual_seed(seed)
+    generator.manual_seed(sampling.fresh_seed() if seed is None else seed)
     session = Session(
         target,
         prompt,

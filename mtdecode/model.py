@@ -245,7 +245,7 @@ def _probe_custom_mask(adapter: CausalLM) -> None:
 
     Token b at position 1 is fed (i) after token a, with a mask hiding a; (ii) alone, at
     position 1; (iii) after a, with a visible. If the model obeys masks and positions,
-    (i) equals (ii) and both differ from (iii).
+    (i) equals (ii) up to rounding and both differ from (iii).
     """
     name = type(adapter.hf).__name__
     device = adapter.device
@@ -262,7 +262,10 @@ def _probe_custom_mask(adapter: CausalLM) -> None:
     finite = seen.isfinite() & alone.isfinite() & hidden.isfinite()  # a head may rule tokens out with -inf
     effect = (seen - alone)[finite].abs().max().item()
     leak = (hidden - alone)[finite].abs().max().item()
-    if not leak <= 1e-3 * effect:
+    # An obeying model leaks only rounding: relative to the effect, about u (2^-8 for bfloat16 down to 2^-53
+    # for float64) times the accumulation length. A model that drops the mask leaks the whole effect. A
+    # tenth sits an order of magnitude from both, for every dtype.
+    if not leak <= 0.1 * effect:
         raise UnsupportedModelError(
             f"{name} did not obey a custom 4-D attention mask with explicit position_ids "
             f"(a hidden token changed the output by {leak:.3g}, a visible one by {effect:.3g})"

@@ -7,6 +7,7 @@ order transformers applies its temperature, top-k and top-p warpers in.
 `temperature=0` is greedy: p is the one-hot distribution on the argmax.
 """
 
+import secrets
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +61,15 @@ class Sampler:
         if self.greedy:
             return logits.argmax(-1)
         return draw(self.probs(logits), generator)
+
+
+def fresh_seed() -> int:
+    """A seed from the operating system's entropy, for `generate(seed=None)`.
+
+    The test suite replaces it with a constant (tests/conftest.py), so no test can depend on
+    unseeded randomness.
+    """
+    return secrets.randbits(62)
 
 
 def draw(probs: Float[Tensor, "*batch vocab"], generator: torch.Generator) -> Int[Tensor, "*batch"]:

@@ -27,9 +27,14 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("MTDECODE_HYPOTHESIS_PROFILE", "default"))
 
-# Under pytest-xdist every worker is a process of its own: share the cores among them, or
-# two workers of two threads each on two cores would spend their time waiting for each other.
-if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+# MTDECODE_TEST_THREADS=n pins torch's thread count for every test (`make test-hosts` runs 1 and 2:
+# another thread count splits sums differently, as another host would). Otherwise, under pytest-xdist
+# every worker is a process of its own: share the cores among them, or two workers of two threads
+# each on two cores would spend their time waiting for each other.
+PINNED_THREADS = os.environ.get("MTDECODE_TEST_THREADS")
+if PINNED_THREADS:
+    torch.set_num_threads(int(PINNED_THREADS))
+elif "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 
@@ -45,10 +50,22 @@ def _devices():
 DEVICES = list(_devices())
 
 
+@pytest.fixture(autouse=True)
+def no_unseeded_randomness(monkeypatch):
+    """`generate(seed=None)` seeds itself from the operating system's entropy; in a test it gets a constant
+    instead, so that no outcome (Jacobi's steps, say) depends on unseeded randomness. Imported here,
+    not at module level, so that jaxtyping's plugin instruments mtdecode first."""
+    from mtdecode import sampling
+
+    monkeypatch.setattr(sampling, "fresh_seed", lambda: 0)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
-    """Tiny forwards are dominated by thread hand-offs; one thread is several times faster."""
+    """Tiny forwards are dominated by thread hand-offs; one thread is several times faster
+    (unless MTDECODE_TEST_THREADS pins the count)."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    if not PINNED_THREADS:
+        torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)

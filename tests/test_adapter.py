@@ -7,6 +7,7 @@ from transformers import LlamaForCausalLM
 
 from mtdecode import CausalLM, KVCache, UnsupportedModelError, masks
 from mtdecode.testing import tiny_model
+from mtdecode.testing.tolerance import rounding_tolerance
 
 from conftest import DEVICES
 
@@ -54,7 +55,31 @@ def test_adapter_logits_equal_transformers(family, overrides, device):
             )[0]
         )
         cache.commit()
-    torch.testing.assert_close(torch.cat(logits), hf_logits(model, SEQUENCE), rtol=1e-10, atol=1e-10)
+    reference = hf_logits(model, SEQUENCE)
+    # float64 with sdpa agrees to ~1e-15; eager attention takes its softmax in float32 (~1e-7): the
+    # tolerance follows the precision the computation really runs in (mtdecode.testing.tolerance)
+    tolerance = rounding_tolerance(model, reference, keys=len(SEQUENCE))
+    torch.testing.assert_close(torch.cat(logits), reference, rtol=0, atol=tolerance)
+
+
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_the_tolerance_is_far_below_a_real_mistake(attn_implementation):
+    """Control for the test above: the mistakes an adapter can make (a position off by one, a key the
+    mask should show but hides) move the logits by at least 100 times the rounding tolerance."""
+    model = tiny_model("llama", attn_implementation=attn_implementation)
+    adapter = CausalLM(model)
+    reference = hf_logits(model, SEQUENCE)
+    tolerance = rounding_tolerance(model, reference, keys=len(SEQUENCE))
+    n = len(SEQUENCE)
+    ids = torch.tensor([SEQUENCE])
+    off_by_one = torch.arange(n)
+    off_by_one[-1] += 1  # the last token one place too far (rotary positions only matter relative to each other)
+    shifted = adapter.forward(ids, off_by_one[None], masks.causal(n, 0)[None, None], KVCache())[0]
+    hidden = masks.causal(n, 0)
+    hidden[n - 1, n - 2] = False  # the last token cannot see the one before it
+    leaked = adapter.forward(ids, torch.arange(n)[None], hidden[None, None], KVCache())[0]
+    assert (shifted[-1] - reference[-1]).abs().max() > 100 * tolerance
+    assert (leaked[-1] - reference[-1]).abs().max() > 100 * tolerance
 
 
 def test_sliding_window_is_really_applied():

@@ -16,6 +16,7 @@ from mtdecode.strategies import Jacobi, Lookahead, PromptLookup
 from mtdecode.strategies.lookahead import NgramPool, Window
 from mtdecode.strategies.prompt_lookup import lookup
 from mtdecode.testing import assert_greedy_parity, greedy_tokens, tiny_model
+from mtdecode.testing.tolerance import rounding_tolerance
 
 VOCAB = 16  # small, so that greedy text repeats and guesses are often right
 
@@ -70,7 +71,8 @@ def test_lookahead_greedy_equals_autoregressive(family, prompt, w, n, g, prompt_
 )
 def test_guesses_are_accepted_on_repetitive_text(strategy):
     """The parity tests above are not vacuous: on this model's greedy text (16 tokens, so it
-    repeats itself), guesses get accepted."""
+    repeats itself), guesses get accepted. Jacobi's and lookahead's first guesses are random prompt
+    tokens: `assert_greedy_parity` seeds them, so the count repeats on every run."""
     result = assert_greedy_parity(model(), [1, 2, 3, 4, 1, 2, 3], strategy, max_new_tokens=60)
     assert result.stats.tokens_per_forward > 1.1, result.stats
     assert sum(step.accepted for step in result.steps) >= 8
@@ -106,14 +108,15 @@ def test_one_forward_equals_each_branch_on_its_own():
         sequence = prefix_tokens + ids[seen_by(index)].tolist()
         with torch.no_grad():
             alone = m(torch.tensor([sequence])).logits[0, -1]
-        torch.testing.assert_close(logits[index], alone, rtol=0, atol=1e-10)
+        tolerance = rounding_tolerance(m, alone, keys=len(sequence))
+        torch.testing.assert_close(logits[index], alone, rtol=0, atol=tolerance)
 
 
 def test_window_and_pool_do_not_leak_between_calls():
     strategy = Lookahead(3, 3, 3)
-    first = mtdecode.generate(model(), [5, 6, 7], strategy, max_new_tokens=30)
-    mtdecode.generate(model(), [1, 2, 3, 4, 1, 2, 3], strategy, max_new_tokens=30)
-    again = mtdecode.generate(model(), [5, 6, 7], strategy, max_new_tokens=30)
+    first = mtdecode.generate(model(), [5, 6, 7], strategy, max_new_tokens=30, seed=0)
+    mtdecode.generate(model(), [1, 2, 3, 4, 1, 2, 3], strategy, max_new_tokens=30, seed=1)
+    again = mtdecode.generate(model(), [5, 6, 7], strategy, max_new_tokens=30, seed=0)
     assert first.tokens.tolist() == again.tokens.tolist()
     assert [s.accepted for s in first.steps] == [s.accepted for s in again.steps]
 

@@ -1,6 +1,7 @@
 """The embedded default model, SmolLM2-135M-Instruct (float32): our greedy equals transformers'
 greedy, 3 prompts x 64 tokens. Where float32 rounding makes them part, the two tokens must
-have been a near tie at the first difference (one forward over the common prefix)."""
+have been a near tie at the first difference (one forward over the common prefix): closer than
+twice the rounding tolerance of float32 logits at that depth (`mtdecode.testing.tolerance`)."""
 
 import functools
 
@@ -17,7 +18,6 @@ PROMPTS = [
     "Give three tips for staying focused while studying.",
 ]
 NEW_TOKENS = 64
-NEAR_TIE = 1e-3  # logits of SmolLM2 are O(10); float32 kernels differ by ~1e-5
 
 
 @functools.cache
@@ -47,7 +47,7 @@ def test_greedy_equals_transformers_on_smollm2(prompt):
     theirs = hf_greedy_tokens(model, ids, NEW_TOKENS)
     assert len(ours) == len(theirs) == NEW_TOKENS
     tie = first_divergence(model, ids, ours, theirs)
-    assert tie is None or tie.gap < NEAR_TIE, f"outputs part at token {tie.index} without a near tie: {tie}"
+    assert tie is None or tie.within_rounding, f"outputs part at token {tie.index} without a near tie: {tie}"
 
 
 def test_the_shipped_draft_loads_and_speculative_greedy_equals_greedy():
@@ -64,7 +64,7 @@ def test_the_shipped_draft_loads_and_speculative_greedy_equals_greedy():
         result = mtdecode.generate(model, ids, Speculative(draft, 4), max_new_tokens=NEW_TOKENS)
         ours = result.tokens[0].tolist()
         tie = first_divergence(model, ids, ours, greedy)
-        assert tie is None or tie.gap < NEAR_TIE, f"speculative parts from greedy without a near tie: {tie}"
+        assert tie is None or tie.within_rounding, f"speculative parts from greedy without a near tie: {tie}"
         # The trained weights are really loaded: the recipe's untrained starting point (copied
         # layers) accepts almost nothing, the shipped draft clearly more; compare them with
         # benchmarks/draft_acceptance.py.

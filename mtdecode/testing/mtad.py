@@ -23,25 +23,33 @@ from mtdecode.sampling import Sampler
 from mtdecode.strategies.mtad import judged
 from mtdecode.tensor_types import Float, Tensor
 from mtdecode.testing.distribution import block_cell, sampled_run
-
-#: ratios closer than this to log(tau) are too close to call after a change of batch shape
-TIE = 1e-9
+from mtdecode.testing.tolerance import rounding_tolerance
 
 
 def prefix_log_ratios(
     target, draft, context: Sequence[int], block: Sequence[int], sampler: Sampler
-) -> Float[Tensor, " k"]:
-    """log P(y_1..n) - log Q(y_1..n) for n = 1..k, from one plain forward of each model over context + block."""
+) -> tuple[Float[Tensor, " k"], Float[Tensor, " k"]]:
+    """log P(y_1..n) - log Q(y_1..n) for n = 1..k, from one plain forward of each model over context + block,
+    and for each n how far rounding alone can move that ratio (ratios closer than that to log tau are too
+    close to call after a change of batch shape).
+
+    The rounding allowance: each model's logits may be off by `rounding_tolerance`; a log-softmax moves at
+    most twice as far as its logits (log p_i = l_i - logsumexp(l), and logsumexp is 1-Lipschitz in the
+    largest component), divided by the temperature; a prefix of n tokens adds n such terms per model.
+    """
     ids = torch.tensor([list(context) + list(block)])
     rows = torch.arange(len(context) - 1, len(context) + len(block) - 1)  # the rows that predict the block
     tokens = torch.tensor(list(block))
-    logs = []
+    logs, slack = [], 0.0
+    temperature = sampler.temperature or 1.0  # at temperature 0 both models are judged by the plain softmax
     for model in (target, draft):
         hf = CausalLM.wrap(model).hf
         with torch.no_grad():
             logits = hf(ids.to(hf.device)).logits[0, rows.to(hf.device)].cpu()  # (k, vocab)
         logs.append(judged(sampler, logits)[torch.arange(len(block)), tokens].log())
-    return (logs[0] - logs[1]).cumsum(0)
+        slack += 2 * rounding_tolerance(model, logits, keys=ids.shape[1]) / temperature
+    prefix = torch.arange(1, len(block) + 1, dtype=torch.float64)
+    return (logs[0] - logs[1]).cumsum(0), slack * prefix
 
 
 def check_threshold_rule(
@@ -56,12 +64,12 @@ def check_threshold_rule(
     for i, step in enumerate(result.steps):
         block, n = list(step.proposal), step.accepted
         if block:
-            ratios = prefix_log_ratios(target, draft, context, block, sampler).tolist()
-            if n > 0 and ratios[n - 1] <= log_tau - TIE:
+            ratios, ties = (t.tolist() for t in prefix_log_ratios(target, draft, context, block, sampler))
+            if n > 0 and ratios[n - 1] <= log_tau - ties[n - 1]:
                 raise AssertionError(f"step {i}: accepted {n} tokens but log P/Q = {ratios[n - 1]:.4f} <= log tau")
             cut = len(step.tokens) < n + 1  # EOS or the budget ended the step early
             for m in range(n + 1, len(block) + 1):
-                if not cut and ratios[m - 1] > log_tau + TIE:
+                if not cut and ratios[m - 1] > log_tau + ties[m - 1]:
                     raise AssertionError(
                         f"step {i}: accepted {n} tokens but the longer prefix of {m} passes "
                         f"(log P/Q = {ratios[m - 1]:.4f} > log tau = {log_tau:.4f})"

@@ -66,11 +66,14 @@ def chi_square_test(
 
     **Raises:** `ValueError` if there are too few draws for the test to say anything.
     """
+    # n probabilities, each rounded a few times, summed: within a few n u of 1 (u of the dtype they came in,
+    # eps = 2u); 4 n u allows for each cell's own rounding and the sum's (Higham, Lemma 3.1)
+    sum_tolerance = 2 * probs.numel() * torch.finfo(probs.dtype).eps
     counts = counts.double().flatten().cpu()
     probs = probs.double().flatten().cpu()
     if counts.shape != probs.shape:
         raise ValueError(f"counts has {counts.numel()} cells but probs has {probs.numel()}")
-    if not torch.isclose(probs.sum(), torch.tensor(1.0, dtype=torch.float64), atol=1e-6):
+    if not abs(float(probs.sum()) - 1.0) <= sum_tolerance:
         raise ValueError(f"probs must sum to 1, got {probs.sum().item():.8f}")
     total = counts.sum()
     impossible = int(counts[probs <= 0].sum())

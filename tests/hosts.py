@@ -1,0 +1,80 @@
+"""`make test-hosts`: the tests whose outcome could depend on the host, under other hosts' settings.
+
+CI runs `make test` on whatever host it gets, and hosts of one machine kind differ: AMD with
+AVX2 only, Intel with AVX-512, other thread counts. Their kernels add the same terms in another
+order, so float results differ in the last bits, and a test whose tolerance fits one host's
+rounding fails on another's. This command reproduces those hosts on the one at hand. It runs
+the tests below once per combination of
+
+- torch's CPU kernels, `ATEN_CPU_CAPABILITY` = default, avx2, and avx512 where this CPU has it,
+  each with MKL's matching instruction set (`MKL_ENABLE_INSTRUCTIONS` = SSE4_2, AVX2, AVX512);
+- torch threads, 1 and 2 (`MTDECODE_TEST_THREADS`, read by tests/conftest.py);
+
+always in a shuffled order (pytest-random-order, one seed for the whole run, printed at the
+start; `SEED=n make test-hosts` repeats a run), so a test that leans on what ran before it in
+the same process shows up.
+
+`python tests/hosts.py [pytest arguments]` runs other tests under the same settings.
+"""
+
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: tolerance-sensitive (float comparisons, greedy argmax, near ties) and randomness-sensitive tests
+TESTS = [
+    "tests/test_adapter.py",  # logits against transformers, rounding tolerance, eager's float32 softmax
+    "tests/test_cache.py",  # cache edits against fresh forwards
+    "tests/test_masks.py",
+    "tests/test_autoregressive.py",  # float64 greedy parity with transformers
+    "tests/test_speculative.py",
+    "tests/test_lookahead.py",  # one forward against each branch; random starting guesses
+    "tests/test_mtad.py",  # likelihood ratios recomputed with another batch shape
+    "tests/test_batch.py",  # rows of a batch against the same prompts alone
+    "tests/test_verification.py",  # seeded statistical tests
+    "tests/test_sampling.py",
+    "tests/test_smollm2.py",  # float32 real model: near ties
+]
+KERNELS = [("default", "SSE4_2"), ("avx2", "AVX2"), ("avx512", "AVX512")]
+THREADS = [1, 2]
+
+
+def has_avx512() -> bool:
+    """Whether this CPU can run torch's avx512 kernels (Linux: the avx512 flags in /proc/cpuinfo)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return all(flag in flags for flag in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+
+
+def main(argv: list[str]) -> int:
+    seed = int(os.environ.get("SEED") or random.SystemRandom().randrange(1, 10**6))
+    tests = [t for t in TESTS if Path(t).exists()]
+    kernels = [k for k in KERNELS if k[0] != "avx512" or has_avx512()]
+    print(f"test order: shuffled with seed {seed} (SEED={seed} make test-hosts repeats it)", flush=True)
+    if len(kernels) < len(KERNELS):
+        print("this CPU has no AVX-512: the avx512 kernels are skipped", flush=True)
+    failed = []
+    for capability, mkl in kernels:
+        for threads in THREADS:
+            env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, MKL_ENABLE_INSTRUCTIONS=mkl)
+            env["MTDECODE_TEST_THREADS"] = str(threads)
+            label = f"ATEN_CPU_CAPABILITY={capability} MKL_ENABLE_INSTRUCTIONS={mkl} threads={threads}"
+            print(f"\n=== {label}", flush=True)
+            command = [sys.executable, "-m", "pytest", "-q", "-n", "0"]
+            command += ["--random-order-bucket=global", f"--random-order-seed={seed}"]
+            start = time.perf_counter()
+            code = subprocess.run(command + (argv or tests), env=env).returncode
+            print(f"=== {label}: {'passed' if code == 0 else 'FAILED'} in {time.perf_counter() - start:.0f} s")
+            if code != 0:
+                failed.append(label)
+    print(f"\nseed {seed}: " + ("all settings passed" if not failed else "FAILED under " + "; ".join(failed)))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
