@@ -1,4 +1,5 @@
-"""`mtdecode.generate`: check the inputs, run a strategy, collect tokens, steps and stats."""
+"""`mtdecode.generate`: check the inputs, run a strategy over a batch of prompts, collect tokens,
+lengths, steps and stats."""
 
 import time
 from collections.abc import Callable, Sequence
@@ -9,7 +10,7 @@ from transformers import PreTrainedModel
 
 from mtdecode import sampling
 from mtdecode.model import CausalLM
-from mtdecode.sampling import Sampler
+from mtdecode.sampling import RowRandom, Sampler
 from mtdecode.session import Session, Step
 from mtdecode.strategy import DecodingStrategy
 from mtdecode.tensor_types import Int, Tensor
@@ -17,21 +18,25 @@ from mtdecode.tensor_types import Int, Tensor
 
 @dataclass(frozen=True)
 class Stats:
-    """Counts and time of one `generate` call.
+    """Counts and time of one `generate` call, over all rows of the batch.
 
-    - `new_tokens`: tokens generated.
-    - `target_forwards`, `draft_forwards`: forward passes of the target and of any draft model.
+    - `new_tokens`: tokens generated, all rows together.
+    - `target_forwards`, `draft_forwards`: forward passes of the target and of any draft model
+      (one pass decodes every row of the batch).
+    - `row_forwards`: target forwards counted once per row they decoded (a finished row no
+      longer counts); for a single prompt this equals `target_forwards`.
     - `seconds`: wall time of the decoding loop (prefill included).
-    - `drafted_per_position[i]`: steps that verified a guess at draft position i (0-based).
-    - `accepted_per_position[i]`: steps that accepted their guess at position i.
-    - `accepted_lengths`: guesses accepted by each step, in order (the accepted block lengths).
-    - `log_ratios`: for strategies that accept by likelihood (MTAD), each step's log P/Q of the accepted prefix.
+    - `drafted_per_position[i]`: row steps that verified a guess at draft position i (0-based).
+    - `accepted_per_position[i]`: row steps that accepted their guess at position i.
+    - `accepted_lengths`: guesses accepted by each row step, in order (the accepted block lengths).
+    - `log_ratios`: for strategies that accept by likelihood (MTAD), each row step's log P/Q of the accepted prefix.
     """
 
     new_tokens: int
     target_forwards: int
     draft_forwards: int
     seconds: float
+    row_forwards: int = 0
     drafted_per_position: tuple[int, ...] = ()
     accepted_per_position: tuple[int, ...] = ()
     accepted_lengths: tuple[int, ...] = ()
@@ -45,6 +50,7 @@ class Stats:
             target_forwards=target_forwards,
             draft_forwards=draft_forwards,
             seconds=seconds,
+            row_forwards=len(steps),  # one step per row per target forward
             drafted_per_position=tuple(sum(step.drafted > i for step in steps) for i in range(longest)),
             accepted_per_position=tuple(sum(step.accepted > i for step in steps) for i in range(longest)),
             accepted_lengths=tuple(step.accepted for step in steps),
@@ -53,16 +59,17 @@ class Stats:
 
     @property
     def mean_accepted(self) -> float:
-        """Accepted guesses per target forward pass (the target's own token not counted)."""
-        return sum(self.accepted_per_position) / self.target_forwards if self.target_forwards else 0.0
+        """Accepted guesses per target forward pass of a row (the target's own token not counted)."""
+        return sum(self.accepted_per_position) / self.row_forwards if self.row_forwards else 0.0
 
     @property
     def tokens_per_forward(self) -> float:
-        """New tokens per target forward pass: how many tokens each expensive pass bought."""
-        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+        """New tokens per target forward pass of a row: how many tokens each expensive pass bought."""
+        return self.new_tokens / self.row_forwards if self.row_forwards else 0.0
 
     @property
     def tokens_per_second(self) -> float:
+        """New tokens of all rows per second."""
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
 
@@ -70,19 +77,29 @@ class Stats:
 class GenerationResult:
     """What `generate` returns.
 
-    - `tokens`: the new tokens only, shape `(batch, new)`.
-    - `steps`: one `Step` per target forward pass: which tokens it committed.
-    - `stats`: forward counts, tokens per forward and time.
+    - `tokens`: the new tokens of each row, `(batch, new)`, right-padded with `pad_token_id`.
+    - `lengths`: how many new tokens each row has, `(batch,)`.
+    - `steps`: one `Step` per row per target forward pass: which tokens it committed (`step.row` says where).
+    - `stats`: forward counts, tokens per forward and time, over all rows.
     """
 
     tokens: Int[Tensor, "batch new"]
+    lengths: Int[Tensor, " batch"]
     steps: list[Step]
     stats: Stats
+
+    def row(self, b: int) -> list[int]:
+        """Row b's new tokens, without padding."""
+        return self.tokens[b, : int(self.lengths[b])].tolist()
+
+    def steps_of(self, b: int) -> list[Step]:
+        """Row b's steps, in order."""
+        return [step for step in self.steps if step.row == b]
 
 
 def generate(
     model: CausalLM | PreTrainedModel,
-    prompt_ids: Tensor | Sequence[int],
+    prompts: Tensor | Sequence[int] | Sequence[Sequence[int]],
     strategy: DecodingStrategy,
     *,
     max_new_tokens: int = 64,
@@ -90,68 +107,79 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     eos_token_id: int | Sequence[int] | None = None,
-    seed: int | None = None,
+    pad_token_id: int | None = None,
+    seed: int | Sequence[int] | None = None,
     progress: bool = False,
     on_step: Callable[[Step], None] | None = None,
 ) -> GenerationResult:
-    """Continue `prompt_ids` with `model`, choosing tokens by `strategy`.
+    """Continue each prompt with `model`, choosing tokens by `strategy`, all prompts side by side.
 
     **Arguments:**
 
     - `model`: a transformers causal LM or the `CausalLM` that `mtdecode.load_model` returns.
-    - `prompt_ids`: token ids, an `Int[Tensor, "batch prompt"]` (or one 1-D prompt) or a list of ints.
+    - `prompts`: one prompt (a list of ints or a 1-D tensor), or a batch: a list of token-id lists
+      of any lengths, or an `Int[Tensor, "batch prompt"]` when all have the same length.
       Checked here with clear errors rather than by the type annotations.
     - `strategy`: a `DecodingStrategy`, e.g. `mtdecode.strategies.Autoregressive()`.
-    - `max_new_tokens`: at most this many tokens are generated (0 returns none).
+    - `max_new_tokens`: each row generates at most this many tokens (0 returns none).
     - `temperature`, `top_k`, `top_p`: the `Sampler`; `temperature=0` is greedy.
-    - `eos_token_id`: stop after committing this token (or any of these tokens).
-    - `seed`: seeds the random generator, so sampled runs repeat exactly; `None` takes a fresh
-      seed each call (greedy tokens never depend on it, but Jacobi's and lookahead's steps do).
-    - `progress`: show a progress bar over the new tokens.
-    - `on_step`: called with each `Step` as soon as its tokens are committed (for streaming
-      output; `mtdecode generate` colours the text by step with it).
+    - `eos_token_id`: a row stops after committing this token (or any of these tokens).
+    - `pad_token_id`: fills `result.tokens` after a row's end; needed when rows of a batch can
+      end at different lengths (a batch with `eos_token_id`).
+    - `seed`: makes sampled runs repeat exactly. Row b of a batch seeded `s` uses seed `s + b`,
+      so it decodes exactly as its prompt alone with `seed=s + b`; a list gives each row its
+      seed. `None` takes a fresh seed each call (greedy tokens never depend on it, but
+      Jacobi's and lookahead's steps do).
+    - `progress`: show a progress bar over the new tokens of all rows.
+    - `on_step`: called with each row's `Step` as soon as its tokens are committed (for
+      streaming output; `mtdecode generate` colours the text by step with it).
 
     **Returns:**
 
-    A `GenerationResult` with `tokens`, `steps` and `stats`.
+    A `GenerationResult` with `tokens`, `lengths`, `steps` and `stats`.
 
     **Raises:**
 
-    `ValueError` for an empty or malformed prompt, a bad setting, a batch larger than
-    the strategy supports, or a prompt plus budget longer than the model's context;
-    `UnsupportedModelError` for a model that cannot take custom masks.
+    `ValueError` for an empty or malformed prompt (naming the row), a bad setting, or a
+    prompt plus budget longer than the model's context; `UnsupportedModelError` for a model
+    that cannot take custom masks.
     """
     target = CausalLM.wrap(model)
-    prompt = _check_prompt(prompt_ids, target, strategy)
+    rows = _check_prompts(prompts, target)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if len(prompt) + max_new_tokens > target.max_length:
-        raise ValueError(
-            f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
-            f"context of {target.max_length} positions"
-        )
-    sampler = Sampler(temperature, top_k, top_p)
-    generator = torch.Generator(device=target.device)
-    generator.manual_seed(sampling.fresh_seed() if seed is None else seed)
+    for b, prompt in enumerate(rows):
+        if len(prompt) + max_new_tokens > target.max_length:
+            raise ValueError(
+                f"prompt {b} ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
+                f"context of {target.max_length} positions"
+            )
+    eos = _token_ids(eos_token_id, target.vocab_size, "eos_token_id")
+    if pad_token_id is not None:
+        _token_ids(pad_token_id, target.vocab_size, "pad_token_id")
+    elif len(rows) > 1 and eos:
+        raise ValueError("rows of a batch can end at different lengths at EOS: pass pad_token_id= to fill after them")
     session = Session(
         target,
-        prompt,
-        sampler=sampler,
-        generator=generator,
+        rows,
+        sampler=Sampler(temperature, top_k, top_p),
+        random=RowRandom(_seeds(seed, len(rows)), device=target.device),
         max_new_tokens=max_new_tokens,
-        eos_token_ids=_eos_set(eos_token_id, target.vocab_size),
+        eos_token_ids=eos,
     )
 
-    bar = _progress_bar(max_new_tokens) if progress else None
+    bar = _progress_bar(max_new_tokens * len(rows)) if progress else None
     start = time.perf_counter()
     if not session.done:
         steps = strategy.decode(session)
-        for step in steps:
+        for batch_steps in steps:
+            session.settle()
             session.check()
-            if bar is not None:
-                bar.update(len(step.tokens))
-            if on_step is not None:
-                on_step(step)
+            for step in batch_steps:
+                if bar is not None:
+                    bar.update(len(step.tokens))
+                if on_step is not None:
+                    on_step(step)
             if session.done:
                 steps.close()
                 break
@@ -159,55 +187,83 @@ def generate(
     if bar is not None:
         bar.close()
 
-    new = session.new_tokens
     stats = Stats.from_steps(
         session.steps,
         target_forwards=session.target.forwards,
         draft_forwards=sum(r.forwards for r in session.runners[1:]),
         seconds=seconds,
     )
-    tokens = torch.tensor([new], dtype=torch.long, device=target.device).reshape(1, len(new))
-    return GenerationResult(tokens=tokens, steps=session.steps, stats=stats)
+    lengths = [session.generated(b) for b in range(session.batch)]
+    tokens = torch.full((session.batch, max(lengths, default=0)), pad_token_id or 0, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        tokens[b, :n] = torch.tensor(session.new_tokens(b), dtype=torch.long)
+    device = target.device
+    return GenerationResult(tokens.to(device), torch.tensor(lengths, device=device), session.steps, stats)
 
 
-def _check_prompt(prompt_ids, target: CausalLM, strategy: DecodingStrategy) -> list[int]:
-    """Return the prompt as a list of ints, or raise a ValueError that says what is wrong."""
-    if isinstance(prompt_ids, Tensor):
-        if prompt_ids.dtype.is_floating_point or prompt_ids.dtype.is_complex or prompt_ids.dtype == torch.bool:
-            raise ValueError(f"prompt_ids must hold integer token ids, got dtype {prompt_ids.dtype}")
-        if prompt_ids.ndim == 1:
-            prompt_ids = prompt_ids[None]
-        if prompt_ids.ndim != 2:
-            raise ValueError(f"prompt_ids must have shape (batch, prompt), got {tuple(prompt_ids.shape)}")
-        batch = prompt_ids.shape[0]
-        if batch > strategy.max_batch_size:
-            raise ValueError(
-                f"{type(strategy).__name__} decodes at most {strategy.max_batch_size} sequence(s) at once; "
-                f"got a batch of {batch}"
-            )
-        if batch == 0:
-            raise ValueError("prompt_ids has an empty batch")
-        prompt = prompt_ids[0].tolist()
+def _check_prompts(prompts, target: CausalLM) -> list[list[int]]:
+    """The prompts as lists of ints, or a ValueError that says what is wrong and in which row."""
+    if isinstance(prompts, Tensor):
+        if prompts.dtype.is_floating_point or prompts.dtype.is_complex or prompts.dtype == torch.bool:
+            raise ValueError(f"prompts must hold integer token ids, got dtype {prompts.dtype}")
+        if prompts.ndim == 1:
+            prompts = prompts[None]
+        if prompts.ndim != 2:
+            raise ValueError(f"a prompt tensor must have shape (batch, prompt), got {tuple(prompts.shape)}")
+        rows = prompts.tolist()
     else:
-        prompt = list(prompt_ids)
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            raise ValueError("prompt_ids must be a list of ints or an integer tensor")
-    if not prompt:
-        raise ValueError("the prompt is empty: decoding needs at least one token to start from")
-    bad = [t for t in prompt if not 0 <= t < target.vocab_size]
-    if bad:
-        raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {target.vocab_size})")
-    return prompt
+        prompts = list(prompts)
+        single = not any(isinstance(p, Tensor) or (isinstance(p, Sequence) and not isinstance(p, str)) for p in prompts)
+        rows = [prompts] if single else [_as_list(p, b) for b, p in enumerate(prompts)]
+        for b, row in enumerate(rows):
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in row):
+                raise ValueError(f"prompt {b} must be a list of ints (token ids)")
+    if not rows:
+        raise ValueError("the batch is empty: pass at least one prompt")
+    for b, row in enumerate(rows):
+        if not row:
+            label = "the prompt is empty" if len(rows) == 1 else f"prompt {b} is empty"
+            raise ValueError(f"{label}: decoding needs at least one token to start from")
+        bad = [t for t in row if not 0 <= t < target.vocab_size]
+        if bad:
+            raise ValueError(f"prompt {b}: token ids {bad[:5]} are outside the vocabulary [0, {target.vocab_size})")
+    return rows
 
 
-def _eos_set(eos_token_id: int | Sequence[int] | None, vocab_size: int) -> frozenset[int]:
-    if eos_token_id is None:
+def _as_list(prompt, row: int) -> list:
+    if isinstance(prompt, Tensor):
+        if prompt.ndim != 1 or prompt.dtype.is_floating_point or prompt.dtype == torch.bool:
+            raise ValueError(f"prompt {row} must be a 1-D tensor of integer token ids")
+        return prompt.tolist()
+    if isinstance(prompt, int | str | bytes) or not isinstance(prompt, Sequence):
+        raise ValueError(f"prompt {row} must be a list of ints (token ids), got {type(prompt).__name__}")
+    return list(prompt)
+
+
+def _token_ids(value: int | Sequence[int] | None, vocab_size: int, name: str) -> frozenset[int]:
+    if value is None:
         return frozenset()
-    ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    ids = [value] if isinstance(value, int) else list(value)
     for token in ids:
         if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
-            raise ValueError(f"eos_token_id {token!r} is not a token id in [0, {vocab_size})")
+            raise ValueError(f"{name} {token!r} is not a token id in [0, {vocab_size})")
     return frozenset(ids)
+
+
+def _seeds(seed: int | Sequence[int] | None, batch: int) -> list[int]:
+    """One seed per row: `seed + b`, the seeds given, or fresh ones."""
+    if seed is None:
+        seed = sampling.fresh_seed()
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        seeds = [seed + b for b in range(batch)]
+    else:
+        seeds = list(seed)
+        if len(seeds) != batch:
+            raise ValueError(f"{len(seeds)} seeds for a batch of {batch} prompts")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**62:
+            raise ValueError(f"seed {s!r} must be an integer in [0, 2^62)")
+    return seeds
 
 
 def _progress_bar(total: int):

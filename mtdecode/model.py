@@ -13,6 +13,7 @@ probe checks that the model really obeys a custom mask and explicit positions.
 
 import inspect
 import weakref
+from collections.abc import Sequence
 
 import torch
 from transformers import PreTrainedModel
@@ -92,6 +93,7 @@ class CausalLM:
         mask: Mask4D,
         cache: KVCache,
         *,
+        valid: Bool[Tensor, "batch new"] | None = None,
         logits_to_keep: int | Int[Tensor, " rows"] = 0,
     ) -> Float[Tensor, "batch rows vocab"]:
         """Run the model over `input_ids` on top of `cache`, appending their keys and values to it.
@@ -100,9 +102,10 @@ class CausalLM:
 
         - `input_ids`: the new tokens, `(batch, new)`.
         - `position_ids`: the position of each new token, `(batch, new)`.
-        - `mask`: `(batch, 1, new, cache.length + new)`; `True` = may attend. The columns are
+        - `mask`: `(batch, 1, new, cache.columns + new)`; `True` = may attend. The columns are
           the cached entries followed by the new tokens.
         - `cache`: the model's `KVCache`; the new entries become pending in it.
+        - `valid`: which new tokens are real (default: all); padding is recorded as holes.
         - `logits_to_keep`: if an int > 0, only the last `logits_to_keep` rows of logits are
           computed; if a 1-D tensor of row indices, only those rows, in that order.
 
@@ -112,34 +115,35 @@ class CausalLM:
         int > 0, or the number of indices given.
         """
         batch, num_new = input_ids.shape
-        expected = (batch, 1, num_new, cache.length + num_new)
+        expected = (batch, 1, num_new, cache.columns + num_new)
         if tuple(mask.shape) != expected:
             raise ValueError(f"mask has shape {tuple(mask.shape)}; expected (batch, 1, new, cached + new) = {expected}")
         if tuple(position_ids.shape) != (batch, num_new):
             raise ValueError(f"position_ids has shape {tuple(position_ids.shape)}; expected {(batch, num_new)}")
+        if cache.valid is not None and cache.valid.shape[0] != batch:
+            raise ValueError(f"the cache holds {cache.valid.shape[0]} rows but {batch} were fed")
         with torch.no_grad():
             out = self.hf(
                 input_ids=input_ids,
                 position_ids=position_ids,
-                attention_mask=self._model_mask(mask, position_ids, cache.length),
+                attention_mask=self._model_mask(mask, position_ids, cache),
                 past_key_values=cache.hf_cache,
                 use_cache=True,
                 logits_to_keep=logits_to_keep,
             )
+        cache.record(position_ids, torch.ones_like(input_ids, dtype=torch.bool) if valid is None else valid)
         return out.logits
 
     def _model_mask(
-        self, mask: Bool[Tensor, "batch 1 query key"], position_ids: Positions, cached: int
+        self, mask: Bool[Tensor, "batch 1 query key"], position_ids: Positions, cache: KVCache
     ) -> Float[Tensor, "batch 1 query key"] | dict[str, Float[Tensor, "batch 1 query key"]]:
         """Turn a boolean mask into what the model's attention layers add to their scores."""
         full = _additive(mask, self.dtype)
         if self._sliding_window is None:
             return full
-        # Sliding-window layers see keys less than `window` positions back. The cache holds a
-        # single sequence, so its entries sit at positions 0..cached-1.
-        key_positions = torch.cat(
-            [torch.arange(cached, device=mask.device)[None].expand(mask.shape[0], -1), position_ids], 1
-        )
+        # Sliding-window layers see keys less than `window` positions back; the cache knows each entry's position.
+        cached = cache.positions if cache.positions is not None else position_ids[:, :0]
+        key_positions = torch.cat([cached, position_ids], dim=1)  # (batch, key)
         near = position_ids[:, None, :, None] - key_positions[:, None, None, :] < self._sliding_window
         sliding = _additive(mask & near, self.dtype)
         if self._layer_types is None:  # every layer slides (Mistral)
@@ -151,45 +155,129 @@ class CausalLM:
 
 
 class Runner:
-    """One model and its KV cache for one `generate` call, fed one sequence (batch 1).
+    """One model and its KV cache for one `generate` call, fed a batch of rows side by side.
 
-    Strategies call `extend` (feed tokens left to right) or `forward` (feed tokens with
-    any mask, for branches and trees); both count as one forward pass.
+    Strategies call `extend` (feed each row's tokens left to right) or `forward` (feed tokens
+    with any mask, for branches and trees); both count as one forward pass. The ragged
+    bookkeeping lives here and in the `KVCache`: rows hold different numbers of tokens, so
+    the runner places each row's new tokens after its own committed ones (positions), hides
+    other columns' holes and padding (mask), and records which new entries are padding.
     """
 
-    def __init__(self, model: CausalLM, role: str) -> None:
+    def __init__(self, model: CausalLM, role: str, batch: int | None = None) -> None:
         self.model = model
         self.role = role
-        self.cache = KVCache()
+        self.cache = KVCache(batch, model.device)
         self.forwards = 0
 
     def forward(
         self,
-        tokens: Int[Tensor, " new"],
-        positions: Int[Tensor, " new"],
-        mask: Bool[Tensor, "query key"],
+        tokens: Int[Tensor, "batch new"],
+        offsets: Int[Tensor, "... new"],
+        sees: Bool[Tensor, "... new seen"],
         *,
+        pad: Int[Tensor, " batch"] | None = None,
         logits_to_keep: int | Int[Tensor, " rows"] = 0,
-    ) -> Float[Tensor, "rows vocab"]:
-        """Feed `tokens` at `positions` with a 2-D `mask` over (cache + new); return their logits
-        (`rows` = all new tokens, the last `logits_to_keep`, or the rows it lists)."""
+    ) -> Float[Tensor, "batch rows vocab"]:
+        """Feed `tokens` with any structure among the pending entries and the new tokens.
+
+        **Arguments:**
+
+        - `tokens`: `(batch, new)`.
+        - `offsets`: each new token's position minus its row's committed length (`cache.lengths`):
+          a tree node's depth, a window cell's distance from the row's first new token, ...
+          One row of offsets for every batch row, or one per row.
+        - `sees`: which of the pending entries and the new tokens each new token may see
+          (`seen` = pending + new columns, as `mtdecode.masks` builds them with no prefix);
+          every committed entry of the row is always visible. Shared or one per row.
+        - `pad`: row b's first `pad[b]` new tokens are left padding (its context is shorter
+          than the widest row's): they are invisible, and the row's offsets move down by `pad[b]`.
+        - `logits_to_keep`: as in `CausalLM.forward`.
+
+        **Returns:**
+
+        Logits `(batch, rows, vocab)`.
+        """
+        batch, num_new = tokens.shape
+        device = tokens.device
+        pad = torch.zeros(batch, dtype=torch.long, device=device) if pad is None else pad.to(device)
+        real = torch.arange(num_new, device=device)[None, :] >= pad[:, None]  # (batch, new): not padding
+        committed = self._committed_lengths(batch, device)
+        positions = (committed[:, None] + offsets - pad[:, None]).clamp(min=0)  # (batch, new)
+        mask = self._mask(sees.expand(batch, num_new, -1), real, num_new)  # (batch, new, columns + new)
         self.forwards += 1
-        logits = self.model.forward(
-            tokens[None], positions[None], mask[None, None], self.cache, logits_to_keep=logits_to_keep
+        return self.model.forward(
+            tokens, positions, mask[:, None], self.cache, valid=real, logits_to_keep=logits_to_keep
         )
-        return logits[0]
 
-    def extend(self, tokens: list[int], *, logits_to_keep: int = 0) -> Float[Tensor, "rows vocab"]:
-        """Feed `tokens` left to right after everything in the cache; return their logits.
+    def extend(
+        self, tokens: Sequence[Sequence[int]] | Sequence[int] | Int[Tensor, "batch new"], *, logits_to_keep: int = 0
+    ) -> Float[Tensor, "batch rows vocab"]:
+        """Feed each row's `tokens` left to right after every valid entry of its cache; return their logits.
 
-        The new entries are left pending: resolve them with `cache.commit/crop/keep`.
+        Rows may feed different numbers of tokens (a list of lists): the shorter ones are left
+        padded, so the last `logits_to_keep` rows of logits are every row's last tokens. A flat
+        list of ints feeds a batch of one. The new entries are left pending: resolve them with
+        `cache.commit/crop/keep`.
         """
         device = self.model.device
-        start = self.cache.length
-        ids = torch.tensor(tokens, dtype=torch.long, device=device)  # (new,)
-        positions = torch.arange(start, start + len(tokens), device=device)  # (new,)
-        mask = masks.causal(len(tokens), start, device=device)  # (new, start + new)
-        return self.forward(ids, positions, mask, logits_to_keep=logits_to_keep)
+        ids, pad = left_pad(tokens, device)  # (batch, new), (batch,)
+        batch, num_new = ids.shape
+        pending_held = self._held(batch, device) - self._committed_lengths(batch, device)  # (batch,)
+        offsets = pending_held[:, None] + torch.arange(num_new, device=device)  # continue after everything held
+        seen = self.cache.pending + num_new
+        sees = torch.ones(num_new, seen, dtype=torch.bool, device=device)  # every pending entry (holes aside)
+        sees[:, self.cache.pending :] = masks.causal(num_new, device=device)  # the new tokens: left to right
+        return self.forward(ids, offsets, sees, pad=pad, logits_to_keep=logits_to_keep)
+
+    def _committed_lengths(self, batch: int, device) -> Int[Tensor, " batch"]:
+        if self.cache.valid is None:
+            return torch.zeros(batch, dtype=torch.long, device=device)
+        return self.cache.lengths
+
+    def _held(self, batch: int, device) -> Int[Tensor, " batch"]:
+        if self.cache.valid is None:
+            return torch.zeros(batch, dtype=torch.long, device=device)
+        return self.cache.held
+
+    def _mask(
+        self, sees: Bool[Tensor, "batch new seen"], real: Bool[Tensor, "batch new"], num_new: int
+    ) -> Bool[Tensor, "batch new key"]:
+        """The full mask of one forward: each row's committed entries, then `sees` over the pending and new
+        columns, with holes and padding hidden; every token sees itself (padding too, so no row is empty)."""
+        batch = real.shape[0]
+        cache = self.cache
+        if cache.valid is None:
+            old = torch.zeros(batch, 0, dtype=torch.bool, device=real.device)
+        else:
+            old = cache.valid  # (batch, columns): committed entries, and pending ones that are not padding
+        if sees.shape[-1] != cache.pending + num_new:
+            raise ValueError(
+                f"sees covers {sees.shape[-1]} columns; expected pending + new = {cache.pending} + {num_new}"
+            )
+        visible = torch.cat([old, real], dim=1)[:, None, :]  # (batch, 1, columns + new)
+        committed = torch.ones(batch, num_new, cache.committed, dtype=torch.bool, device=real.device)
+        mask = torch.cat([committed, sees], dim=2) & visible  # (batch, new, columns + new)
+        mask[:, :, cache.columns :] |= torch.eye(num_new, dtype=torch.bool, device=real.device)
+        return mask
+
+
+def left_pad(
+    tokens: Sequence[Sequence[int]] | Sequence[int] | Int[Tensor, "batch new"], device: torch.device | str
+) -> tuple[Int[Tensor, "batch new"], Int[Tensor, " batch"]]:
+    """Rows of different lengths as one tensor, shorter rows padded on the left (with token 0), and the padding
+    per row. A flat list of ints is one row."""
+    if isinstance(tokens, Tensor):
+        return tokens.to(device), torch.zeros(tokens.shape[0], dtype=torch.long, device=device)
+    if all(isinstance(t, int) for t in tokens):
+        tokens = [tokens]
+    width = max((len(row) for row in tokens), default=0)
+    ids = torch.zeros(len(tokens), width, dtype=torch.long)
+    for b, row in enumerate(tokens):
+        if row:
+            ids[b, width - len(row) :] = torch.as_tensor(row, dtype=torch.long)
+    pad = torch.tensor([width - len(row) for row in tokens], dtype=torch.long)
+    return ids.to(device), pad.to(device)
 
 
 def _additive(mask: Bool[Tensor, "*shape"], dtype: torch.dtype) -> Float[Tensor, "*shape"]:

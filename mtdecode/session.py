@@ -1,9 +1,14 @@
-"""What one `generate` call shares with its strategy: the committed tokens, the models'
-runners and caches, the Sampler and the random generator.
+"""What one `generate` call shares with its strategy: each row's committed tokens, the models'
+runners and caches, the Sampler and the rows' random streams.
 
-The invariant every strategy keeps, checked after every step: **each cache holds the
-committed tokens except the newest one, and nothing pending.** The newest committed
-token has not been fed to any model yet; it is the input of the next forward pass.
+A batch of prompts is decoded side by side, one target forward pass per step for all rows.
+Rows accept different numbers of tokens per step and finish at different times; the session
+keeps each row's own tokens, budget and EOS, and a finished row stays in the batch as a
+masked slot whose work is thrown away.
+
+The invariant every strategy keeps, checked after every step: **each cache holds every
+unfinished row's committed tokens except the newest one, and nothing pending.** The newest
+committed token has not been fed to any model yet; it is the input of the next forward pass.
 """
 
 from collections.abc import Sequence
@@ -13,19 +18,21 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode.model import CausalLM, Runner
-from mtdecode.sampling import Sampler
+from mtdecode.sampling import RowRandom, Sampler
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 
 @dataclass(frozen=True)
 class Step:
-    """What one target forward pass committed.
+    """What one target forward pass committed in one row.
 
-    - `tokens`: the tokens it added to the output, in order (at least one).
+    - `tokens`: the tokens it added to the row's output, in order (at least one).
     - `drafted`: how many guessed tokens that forward verified (0 for plain decoding).
     - `accepted`: how many of those guesses it kept; the last token of `tokens` is the
       target's own (a correction or a bonus token), unless EOS or the budget cut the step.
     - `proposal`: the guessed block the target verified, if the strategy records it (MTAD does).
     - `log_ratio`: for strategies that accept by likelihood (MTAD), log P/Q of the accepted prefix.
+    - `row`: the batch row (0 for a single prompt).
     """
 
     tokens: tuple[int, ...]
@@ -33,6 +40,7 @@ class Step:
     accepted: int = 0
     proposal: tuple[int, ...] = ()
     log_ratio: float | None = None
+    row: int = 0
 
 
 class InvariantError(RuntimeError):
@@ -46,32 +54,79 @@ class Session:
 
     - `target`: the target model's `Runner` (its adapter and its KV cache).
     - `sampler`: the shared `Sampler`; `sampler.probs(logits)` is the target distribution p.
-    - `generator`: the random generator every draw must use, so a seed reproduces a run.
-    - `tokens`: prompt followed by the committed new tokens.
-    - `done`: set once the budget is spent or an EOS token was committed.
+    - `random`: the rows' random streams; every draw a strategy makes must use them.
+    - `tokens`: for each row, its prompt followed by its committed new tokens.
+    - `finished`: for each row, whether its budget is spent or it committed an EOS token.
+    - `done`: every row has finished.
     """
 
     def __init__(
         self,
         target: CausalLM,
-        prompt: list[int],
+        prompts: Sequence[Sequence[int]],
         *,
         sampler: Sampler,
-        generator: torch.Generator,
+        random: RowRandom,
         max_new_tokens: int,
         eos_token_ids: frozenset[int] = frozenset(),
     ) -> None:
         self.sampler = sampler
-        self.generator = generator
-        self.tokens = list(prompt)
-        self.prompt_length = len(prompt)
+        self.random = random
+        self.tokens = [list(prompt) for prompt in prompts]
+        self.prompt_lengths = [len(prompt) for prompt in prompts]
         self.max_new_tokens = max_new_tokens
         self.eos_token_ids = eos_token_ids
         self.steps: list[Step] = []
-        self.done = max_new_tokens == 0
+        self.finished = [max_new_tokens == 0] * len(self.tokens)
+        self.finished_after = [0] * len(self.tokens)  # target forwards when the row finished
+        self.row_steps = [0] * len(self.tokens)  # steps recorded per row
         self.device = target.device
         self.runners: list[Runner] = []
         self.target = self.runner(target, role="target")
+
+    # ---------------------------------------------------------------- the rows
+
+    @property
+    def batch(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def done(self) -> bool:
+        return all(self.finished)
+
+    @property
+    def active(self) -> Bool[Tensor, " batch"]:
+        """Rows still decoding."""
+        return torch.tensor([not f for f in self.finished], device=self.device)
+
+    @property
+    def remaining(self) -> Int[Tensor, " batch"]:
+        """How many more tokens each row's budget allows (0 once it finished)."""
+        left = [0 if f else self.max_new_tokens - self.generated(b) for b, f in enumerate(self.finished)]
+        return torch.tensor(left, dtype=torch.long, device=self.device)
+
+    def budget(self, guesses: int) -> Int[Tensor, " batch"]:
+        """Guesses each row may make this step: at most `guesses`, and no more than its budget leaves
+        room for besides the step's own token (0 for a finished row)."""
+        return (self.remaining - 1).clamp(min=0, max=guesses)
+
+    def generated(self, row: int) -> int:
+        return len(self.tokens[row]) - self.prompt_lengths[row]
+
+    def new_tokens(self, row: int) -> list[int]:
+        return self.tokens[row][self.prompt_lengths[row] :]
+
+    @property
+    def last_tokens(self) -> Int[Tensor, " batch"]:
+        """x0 of every row: its newest committed token."""
+        return torch.tensor([row[-1] for row in self.tokens], dtype=torch.long, device=self.device)
+
+    def unread(self, runner: Runner) -> list[list[int]]:
+        """Each row's committed tokens `runner`'s model has not read yet: the whole prompt at first, then x0."""
+        held = runner.cache.lengths.tolist()
+        return [row[n:] for row, n in zip(self.tokens, held, strict=True)]
+
+    # ---------------------------------------------------------------- the models
 
     def runner(self, model: CausalLM, role: str) -> Runner:
         """A fresh runner (model + empty cache) whose cache is checked with the target's."""
@@ -79,7 +134,7 @@ class Session:
             raise ValueError(
                 f"the {role} model is on {model.device} but the target is on {self.device}; put both on one device"
             )
-        runner = Runner(model, role)
+        runner = Runner(model, role, batch=self.batch)
         self.runners.append(runner)
         return runner
 
@@ -96,72 +151,123 @@ class Session:
     def catch_up(self, runner: Runner) -> None:
         """Feed `runner` the committed tokens it has not read, except the newest (after a step that
         accepted every guess, the draft has not read the last one yet)."""
-        missing = self.tokens[runner.cache.length : len(self.tokens) - 1]
-        if missing:
+        missing = [row[:-1] for row in self.unread(runner)]
+        if any(missing):
             runner.extend(missing)
             runner.cache.commit()
 
-    def unread(self, runner: Runner) -> list[int]:
-        """Committed tokens `runner`'s model has not read yet: the whole prompt at first, then the newest token."""
-        return self.tokens[runner.cache.length :]
-
-    @property
-    def new_tokens(self) -> list[int]:
-        return self.tokens[self.prompt_length :]
-
-    @property
-    def remaining(self) -> int:
-        """How many more tokens the budget allows."""
-        return self.max_new_tokens - len(self.new_tokens)
+    # ---------------------------------------------------------------- committing
 
     def commit(
         self,
-        tokens: Sequence[int],
+        tokens: Int[Tensor, "batch width"],
+        counts: Int[Tensor, " batch"] | int,
         *,
-        drafted: int = 0,
-        accepted: int = 0,
-        proposal: tuple[int, ...] = (),
-        log_ratio: float | None = None,
-    ) -> Step:
-        """Append `tokens` to the output and record the step.
+        drafted: Int[Tensor, " batch"] | int = 0,
+        accepted: Int[Tensor, " batch"] | int = 0,
+        proposals: Sequence[Sequence[int]] | None = None,
+        log_ratios: Float[Tensor, " batch"] | None = None,
+    ) -> list[Step]:
+        """Append row b's first `counts[b]` tokens to its output and record one step per unfinished row.
 
-        The tokens are cut after the first EOS token and at the budget. If anything was
-        cut, caches holding entries for the cut tokens are cropped back, so the
-        invariant holds on the last step too.
+        A row's tokens are cut after its first EOS token and at its budget; where anything was
+        cut, the caches are cropped back to that row's committed tokens, so the invariant holds
+        on its last step too. Finished rows are skipped: their tokens are thrown away.
+
+        **Returns:** the steps, one per row that was unfinished (the strategy yields them).
         """
         if self.done:
             raise InvariantError("commit() after generation finished")
-        if len(tokens) == 0:
-            raise InvariantError("a step must commit at least one token")
-        kept = list(tokens[: self.remaining])
-        for i, token in enumerate(kept):
-            if token in self.eos_token_ids:
-                kept = kept[: i + 1]
-                self.done = True
-                break
-        self.tokens.extend(kept)
-        self.done = self.done or self.remaining == 0
-        if len(kept) < len(tokens):
-            for runner in self.runners:
-                if runner.cache.length > len(self.tokens) - 1:
-                    runner.cache.crop(len(self.tokens) - 1)
-        step = Step(tuple(kept), drafted, min(accepted, len(kept)), proposal, log_ratio)
-        self.steps.append(step)
-        return step
+        rows = tokens.tolist()
+        counts, drafted, accepted = (_per_row(x, self.batch) for x in (counts, drafted, accepted))
+        ratios = None if log_ratios is None else log_ratios.tolist()
+        forwards = self.target.forwards
+        steps, cut = [], {}
+        for b in range(self.batch):
+            if self.finished[b]:
+                continue
+            if counts[b] < 1:
+                raise InvariantError(f"a step must commit at least one token (row {b} committed none)")
+            kept = rows[b][: min(counts[b], self.max_new_tokens - self.generated(b))]
+            for i, token in enumerate(kept):
+                if token in self.eos_token_ids:
+                    kept = kept[: i + 1]
+                    self.finished[b] = True
+                    break
+            self.tokens[b].extend(kept)
+            if self.generated(b) == self.max_new_tokens:
+                self.finished[b] = True
+            if self.finished[b]:
+                self.finished_after[b] = forwards
+            if len(kept) < counts[b]:
+                cut[b] = len(self.tokens[b]) - 1
+            proposal = tuple(proposals[b]) if proposals is not None else ()
+            ratio = None if ratios is None else float(ratios[b])
+            steps.append(Step(tuple(kept), drafted[b], min(accepted[b], len(kept)), proposal, ratio, b))
+            self.row_steps[b] += 1
+        if cut:
+            self._crop_rows(cut)
+        self.steps.extend(steps)
+        return steps
 
-    def check(self) -> None:
-        """Raise `InvariantError` unless every cache holds all committed tokens but the newest, none pending,
-        and the target ran exactly one forward pass per step."""
-        expected = len(self.tokens) - 1
+    def settle(self) -> None:
+        """Crop the finished rows' caches back to their committed tokens: a finished row is a masked slot
+        that strategies keep feeding, and whatever it accepted since it finished is thrown away."""
+        if any(self.finished):
+            self._crop_rows({b: len(self.tokens[b]) - 1 for b in range(self.batch) if self.finished[b]})
+
+    def _crop_rows(self, lengths: dict[int, int]) -> None:
+        """Crop the listed rows of every cache to the given lengths, leaving the other rows as they are."""
         for runner in self.runners:
             cache = runner.cache
-            if cache.pending or cache.length != expected:
+            limit = cache.held.clone()
+            for b, length in lengths.items():
+                limit[b] = min(int(limit[b]), length)
+            if bool((limit < cache.held).any()):
+                cache.crop(limit)
+
+    def check(self) -> None:
+        """Raise `InvariantError` unless every cache holds each unfinished (or just finished) row's committed
+        tokens but the newest, none pending, and the target ran exactly one forward pass per step of each row."""
+        forwards = self.target.forwards
+        for runner in self.runners:
+            cache = runner.cache
+            if cache.pending:
                 raise InvariantError(
-                    f"after step {len(self.steps)} the {runner.role} cache holds {cache.length} entries "
-                    f"({cache.pending} pending); it must hold {expected} (the committed tokens but the newest)"
+                    f"after step {forwards} the {runner.role} cache has {cache.pending} pending columns; "
+                    "every guess must be accepted or rejected within its step"
                 )
-        if self.target.forwards != len(self.steps):
-            raise InvariantError(
-                f"{self.target.forwards} target forward passes for {len(self.steps)} steps: "
-                "each step must be exactly one target forward"
-            )
+            lengths = cache.lengths.tolist()
+            for b in range(self.batch):
+                expected = len(self.tokens[b]) - 1
+                if lengths[b] != expected:
+                    raise InvariantError(
+                        f"after step {forwards} the {runner.role} cache holds {lengths[b]} entries of row {b}; "
+                        f"it must hold {expected} (the row's committed tokens but the newest)"
+                    )
+        for b in range(self.batch):
+            expected = self.finished_after[b] if self.finished[b] else forwards
+            if self.row_steps[b] != expected:
+                raise InvariantError(
+                    f"row {b}: {expected} target forward passes for {self.row_steps[b]} steps: "
+                    "each step must be exactly one target forward"
+                )
+
+
+def _per_row(value: Int[Tensor, " batch"] | int, batch: int) -> list[int]:
+    if isinstance(value, Tensor):
+        return value.tolist()
+    return [int(value)] * batch
+
+
+def with_new_token(
+    guesses: Int[Tensor, "batch guesses"], accepted: Int[Tensor, " batch"], new_token: Int[Tensor, " batch"]
+) -> tuple[Int[Tensor, "batch width"], Int[Tensor, " batch"]]:
+    """What a step commits in each row: its accepted guesses followed by one new token of the target's own.
+
+    **Returns:** the tokens, `(batch, guesses + 1)` (row b's new token at column `accepted[b]`,
+    the columns after it unused), and the count per row, `accepted + 1`.
+    """
+    tokens = torch.cat([guesses, guesses.new_zeros(guesses.shape[0], 1)], dim=1)
+    tokens = tokens.scatter(1, accepted[:, None], new_token[:, None])
+    return tokens, accepted + 1

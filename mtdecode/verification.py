@@ -19,99 +19,150 @@ were chosen before this step's random draws, so the output is distributed exactl
 token-by-token sampling from p. At temperature 0 p is one-hot and the rule is greedy
 verification: accept the longest candidate prefix that matches the target's argmax, plus
 the target's next token (also after a full match).
+
+Every row of a batch runs the rule on its own candidates with its own random stream; a
+candidate shorter than the others, or missing, is padded with -1, which proposes nothing.
 """
 
 from dataclasses import dataclass
 
 import torch
 
-from mtdecode.sampling import draw
-from mtdecode.session import Session, Step
-from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.sampling import RowRandom, draw
+from mtdecode.session import Session, Step, with_new_token
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
+
+#: a padding entry in a candidate: proposes nothing (the candidate has ended)
+NONE = -1
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of verifying candidates.
+    """The outcome of verifying candidates, per row.
 
-    - `candidate`: index of a candidate whose first `accepted` tokens were accepted (-1 if none was tried).
+    - `candidate`: a candidate whose first `accepted` tokens were accepted (-1 if none was tried).
     - `accepted`: how many candidate tokens were accepted.
-    - `tokens`: the tokens to commit: the accepted ones and one token drawn from p.
+    - `tokens`: the tokens to commit, `(batch, length + 1)`: the accepted ones, then one token
+      drawn from p at column `accepted` (columns after it unused).
     """
 
-    candidate: int
-    accepted: int
-    tokens: list[int]
+    candidate: Int[Tensor, " batch"]
+    accepted: Int[Tensor, " batch"]
+    tokens: Int[Tensor, "batch width"]
 
 
 def verify_candidates(
-    first: Float[Tensor, " vocab"],
-    after: Float[Tensor, "candidate length vocab"],
-    candidates: Int[Tensor, "candidate length"],
-    generator: torch.Generator,
+    first: Float[Tensor, "batch vocab"],
+    after: Float[Tensor, "batch candidate length vocab"],
+    candidates: Int[Tensor, "batch candidate length"],
+    random: RowRandom,
+    rows: Bool[Tensor, " batch"] | None = None,
 ) -> Verdict:
-    """Accept the longest candidate prefix the multi-candidate rule allows, plus one token from p.
+    """Accept, in every row, the longest candidate prefix the multi-candidate rule allows, plus one token from p.
 
     **Arguments:**
 
-    - `first`: p for the next token (after the newest committed token x0).
-    - `after`: `after[c, k]` is p after x0 and candidate c's tokens 0..k.
-    - `candidates`: the guessed tokens, one row per candidate (no rows: plain decoding).
-    - `generator`: the random generator of the `generate` call.
+    - `first`: p for the next token (after the newest committed token x0), per row.
+    - `after`: `after[b, c, k]` is p after x0 and candidate c's tokens 0..k in row b.
+    - `candidates`: the guessed tokens, one row per candidate, -1 where a candidate has ended
+      or does not exist (no candidates at all: plain decoding).
+    - `random`: the rows' random streams.
+    - `rows`: the rows that draw (default: all); the others' verdicts are to be ignored.
 
     **Returns:**
 
     A `Verdict`; at temperature 0 its tokens are exactly what greedy decoding would emit.
     """
-    guesses = candidates.tolist()
-    alive = list(range(len(guesses)))  # candidates whose tokens so far were all accepted
-    accepted: list[int] = []
-    p = first
-    for k in range(candidates.shape[1]):
-        x, p = try_proposals(p, [guesses[c][k] for c in alive], generator)  # step 1
-        if x is None:  # step 3
-            return Verdict(alive[0] if alive else -1, k, accepted + [int(draw(p, generator))])
-        accepted.append(x)
-        alive = [c for c in alive if guesses[c][k] == x]  # step 2
-        p = after[alive[0], k]
-    best = alive[0] if alive else -1
-    return Verdict(best, len(accepted), accepted + [int(draw(p, generator))])  # step 4: the bonus token
+    batch, count, length = candidates.shape
+    length = length if count else 0  # no candidates: plain decoding
+    device = first.device
+    rows = torch.ones(batch, dtype=torch.bool, device=device) if rows is None else rows
+    alive = torch.ones(batch, count, dtype=torch.bool, device=device)  # candidates matching so far
+    stopped = ~rows  # rows whose position-k proposals were all rejected (or that do not take part)
+    accepted = torch.zeros(batch, dtype=torch.long, device=device)
+    best = torch.full((batch,), -1, dtype=torch.long, device=device)
+    p = first.double().clone()
+    taken = torch.zeros(batch, length, dtype=torch.long, device=device)
+    for k in range(length):
+        proposals = torch.where(alive & ~stopped[:, None], candidates[:, :, k], NONE)  # (batch, candidate)
+        best = torch.where(stopped, best, _first_true(alive))
+        x, p = try_proposals(p, proposals, random)  # step 1
+        stopped = stopped | (x < 0)  # step 3, once every proposal was rejected
+        taken[:, k] = torch.where(stopped, 0, x)
+        accepted = accepted + (~stopped).long()
+        alive = alive & (candidates[:, :, k] == x[:, None])  # step 2
+        p = torch.where(stopped[:, None], p, p_after(after, alive, k))
+    best = torch.where(stopped, best, _first_true(alive))
+    new_token = draw(p, random, rows)  # step 3's residual, or step 4's bonus token
+    tokens, _ = with_new_token(taken, accepted, new_token)
+    return Verdict(best, accepted, tokens)
 
 
 def try_proposals(
-    p: Float[Tensor, " vocab"], proposals: list[int], generator: torch.Generator
-) -> tuple[int | None, Float[Tensor, " vocab"]]:
-    """Step 1 at one position: try each distinct proposal x in turn, accepting it with probability p(x)
-    and otherwise removing it from p. Returns the accepted token (or None) and what is left of p."""
-    for x in dict.fromkeys(proposals):  # distinct, first-come order
-        p_x = float(p[x])
-        if p_x <= 0.0:
-            continue  # rejected for sure; p stays as it is
-        rest = p.clone()
-        rest[x] = 0.0
-        if float(rest.sum()) <= 0.0:
-            return x, p  # x holds all the mass: a rejection has probability 0
-        if float(torch.rand((), generator=generator, dtype=torch.float64, device=p.device)) < p_x:
-            return x, p
-        p = rest / rest.sum()  # norm(max(0, p - 1[x]))
-    return None, p
+    p: Float[Tensor, "batch vocab"], proposals: Int[Tensor, "batch candidate"], random: RowRandom
+) -> tuple[Int[Tensor, " batch"], Float[Tensor, "batch vocab"]]:
+    """Step 1 at one position, in every row: try each distinct proposal x in turn, accepting it with
+    probability p(x) and otherwise removing it from p. Returns the accepted token per row (-1 if none)
+    and what is left of p. A row draws a number only for a proposal whose outcome is not certain."""
+    batch, count = proposals.shape
+    chosen = torch.full((batch,), NONE, dtype=torch.long, device=p.device)
+    for c in range(count):
+        x = proposals[:, c]
+        repeat = (proposals[:, :c] == x[:, None]).any(1)  # distinct tokens only, in first-come order
+        trying = (x >= 0) & ~repeat & (chosen < 0)
+        p_x = p.gather(1, x.clamp(min=0)[:, None])[:, 0]
+        without_x = p.scatter(1, x.clamp(min=0)[:, None], 0.0)
+        rest = without_x.sum(-1)
+        certain_no = p_x <= 0  # rejected for sure; p stays as it is
+        certain_yes = rest <= 0  # x holds all the mass: a rejection has probability 0
+        uncertain = trying & ~certain_no & ~certain_yes
+        u = random.uniform(uncertain.long())[:, 0].to(p.device)
+        accept = trying & ~certain_no & (certain_yes | (u < p_x))
+        reject = trying & ~certain_no & ~accept
+        chosen = torch.where(accept, x, chosen)
+        residual = without_x / rest.clamp(min=torch.finfo(p.dtype).tiny)[:, None]  # norm(max(0, p - 1[x]))
+        p = torch.where(reject[:, None], residual, p)
+    return chosen, p
 
 
-def verify_chain(s: Session, guesses: list[int]) -> tuple[Step, Float[Tensor, "rows vocab"]]:
-    """Verify one guessed continuation in one target forward and commit the result.
+def p_after(
+    after: Float[Tensor, "batch candidate length vocab"], alive: Bool[Tensor, "batch candidate"], k: int
+) -> Float[Tensor, "batch vocab"]:
+    """Step 2's new p: the target's distribution after the accepted prefix, read from a candidate that
+    proposed it (the first one still alive)."""
+    leader = _first_true(alive).clamp(min=0)
+    return after[torch.arange(after.shape[0], device=after.device), leader, k].double()
 
-    Feeds the unread committed tokens and `guesses` left to right, applies
-    `verify_candidates` with the guesses as the only candidate, rolls the cache back to
-    the accepted tokens and commits them with the target's own token.
+
+def _first_true(flags: Bool[Tensor, "batch candidate"]) -> Int[Tensor, " batch"]:
+    """Index of the first True per row, -1 if none."""
+    if flags.shape[1] == 0:
+        return torch.full((flags.shape[0],), -1, dtype=torch.long, device=flags.device)
+    first = flags.long().argmax(1)
+    return torch.where(flags.any(1), first, -1)
+
+
+def verify_chain(
+    s: Session, guesses: Int[Tensor, "batch guesses"]
+) -> tuple[list[Step], Float[Tensor, "batch rows vocab"], Int[Tensor, " batch"]]:
+    """Verify each row's guessed continuation in one target forward and commit the result.
+
+    Feeds every row's unread committed tokens and its guesses left to right (-1 pads a row
+    with fewer guesses), applies `verify_candidates` with the guesses as the only candidate,
+    rolls the cache back to the accepted tokens and commits them with the target's own token.
 
     **Returns:**
 
-    The committed `Step`, and the target's logits at x0 and at each guess
-    (`len(guesses) + 1` rows), for strategies that make their next guesses from them.
+    The committed steps, the target's logits at x0 and at each guess (`guesses + 1` rows),
+    for strategies that make their next guesses from them, and each row's accepted count.
     """
-    logits = s.target.extend(s.unread(s.target) + guesses, logits_to_keep=len(guesses) + 1)  # (k + 1, vocab)
+    k = guesses.shape[1]
+    fed = [row + guess for row, guess in zip(s.unread(s.target), guesses.clamp(min=0).tolist(), strict=True)]
+    logits = s.target.extend(fed, logits_to_keep=k + 1)  # (batch, k + 1, vocab)
     p = s.sampler.probs(logits)
-    candidates = torch.tensor(guesses, dtype=torch.long, device=logits.device).reshape(1, len(guesses))
-    verdict = verify_candidates(p[0], p[None, 1:], candidates, s.generator)
-    s.target.cache.crop(len(s.tokens) + verdict.accepted)  # committed tokens + the accepted guesses
-    return s.commit(verdict.tokens, drafted=len(guesses), accepted=verdict.accepted), logits
+    verdict = verify_candidates(p[:, 0], p[:, None, 1:], guesses[:, None, :], s.random, s.active)
+    committed = torch.tensor([len(row) for row in s.tokens], device=logits.device)
+    s.target.cache.crop(committed + verdict.accepted)  # the committed tokens + the accepted guesses
+    drafted = (guesses >= 0).sum(1)
+    steps = s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted)
+    return steps, logits, verdict.accepted

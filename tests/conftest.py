@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-DEFAULT_EXAMPLES = 12
+DEFAULT_EXAMPLES = 50
 settings.register_profile(
     "default",
     max_examples=DEFAULT_EXAMPLES,

@@ -40,7 +40,7 @@ def test_greedy_equals_transformers(family, device, prompt, max_new_tokens, eos_
 
 def test_result_records_one_step_per_target_forward():
     result = mtdecode.generate(model("llama", "cpu"), [1, 2, 3], Autoregressive(), max_new_tokens=7)
-    assert result.tokens.shape == (1, 7)
+    assert result.tokens.shape == (1, 7) and result.lengths.tolist() == [7]
     assert [s.tokens for s in result.steps] == [(t,) for t in result.tokens[0].tolist()]
     assert result.stats.target_forwards == 7 and result.stats.draft_forwards == 0
     assert result.stats.tokens_per_forward == 1.0
@@ -59,26 +59,22 @@ def test_eos_stops_and_is_included():
 class ForgetsToCommit:
     """A broken strategy: it feeds tokens but leaves them pending in the cache."""
 
-    max_batch_size: int = 1
-
     def decode(self, s):
         logits = prefill(s)
         while True:
-            yield s.commit([sample_next(s, logits)])
-            logits = s.target.extend(s.tokens[-1:])[-1]  # no cache.commit()
+            yield s.commit(sample_next(s, logits)[:, None], 1)
+            logits = s.target.extend(s.last_tokens[:, None])[:, -1]  # no cache.commit()
 
 
 @dataclass(frozen=True)
 class TwoForwardsPerStep:
     """A broken strategy: it runs the target twice per recorded step."""
 
-    max_batch_size: int = 1
-
     def decode(self, s):
         logits = prefill(s)
-        s.target.extend([s.tokens[-1]])
-        s.target.cache.crop(len(s.tokens))
-        yield s.commit([sample_next(s, logits)])
+        s.target.extend(s.last_tokens[:, None])
+        s.target.cache.crop(len(s.tokens[0]))
+        yield s.commit(sample_next(s, logits)[:, None], 1)
 
 
 @pytest.mark.parametrize("strategy, message", [(ForgetsToCommit(), "pending"), (TwoForwardsPerStep(), "forward")])

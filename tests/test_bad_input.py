@@ -24,9 +24,16 @@ def model():
         ([1] * 500, {"max_new_tokens": 20}, "exceeds the model's context of 512"),
         (torch.tensor([[1.0, 2.0]]), {}, "integer token ids, got dtype torch.float32"),
         (torch.tensor([[True, False]]), {}, "integer token ids"),
-        (torch.tensor([[1, 2], [3, 4]]), {}, "at most 1 sequence.*batch of 2"),
         (torch.zeros(1, 2, 3, dtype=torch.long), {}, r"shape \(batch, prompt\)"),
-        ([1, 99], {}, r"\[99\] are outside the vocabulary \[0, 32\)"),
+        ([1, 99], {}, r"prompt 0: token ids \[99\] are outside the vocabulary \[0, 32\)"),
+        # a batch: each error names its row
+        ([[1, 2], [], [3]], {}, "prompt 1 is empty"),
+        ([[1, 2], [3], [4, 40]], {}, r"prompt 2: token ids \[40\] are outside the vocabulary"),
+        ([[1, 2], [1] * 500], {"max_new_tokens": 20}, r"prompt 1 \(500 tokens\).*exceeds the model's context of 512"),
+        ([[1, 2], [3]], {"pad_token_id": 32}, "pad_token_id 32 is not a token id"),
+        ([[1, 2], [3]], {"eos_token_id": 5}, "pass pad_token_id="),
+        ([[1, 2], [3]], {"seed": [1]}, "1 seeds for a batch of 2"),
+        ([1, 2], {"seed": -1}, r"seed -1 must be an integer in \[0, 2\^62\)"),
         ([1, 2], {"eos_token_id": 40}, "eos_token_id 40"),
         ([1, 2], {"eos_token_id": [True]}, "eos_token_id True"),
         ([1, 2], {"temperature": -0.1}, "temperature"),
@@ -54,3 +61,5 @@ def test_a_list_with_non_integers_is_refused():
     # with it off, generate's own check raises ValueError. Either way the message names the problem.
     with pytest.raises((ValueError, TypeError), match="(?i)int"):
         mtdecode.generate(model(), [1, 2.5], Autoregressive())
+    with pytest.raises((ValueError, TypeError), match="(?i)int"):
+        mtdecode.generate(model(), [[1, 2], [3, 4.5]], Autoregressive())

@@ -89,7 +89,7 @@ def test_one_forward_equals_each_branch_on_its_own():
     runner = Runner(mtdecode.model.CausalLM.wrap(m), "target")
     runner.extend(prefix_tokens)
     runner.cache.commit()
-    logits = runner.forward(ids, layout.positions(len(prefix_tokens)), layout.mask(len(prefix_tokens)))
+    logits = runner.forward(ids[None], layout.positions(), layout.mask())[0]  # placed after the 5 cached tokens
     context = list(range(layout.context))
 
     def seen_by(index: int) -> list[int]:
@@ -135,14 +135,14 @@ def test_pool_keeps_the_most_recent_per_key():
 
 def test_window_warms_up_to_n_minus_1_rows_of_w():
     w, n = 3, 5
-    window = Window([list(range(w + n - 3))], depth=n - 1)
+    window = Window([torch.arange(w + n - 3)[None]], depth=n - 1)  # a batch of one row
     shapes = []
     while not window.full:
-        window.slide(list(range(window.columns)))
+        window.slide(torch.arange(window.columns)[None])
         shapes.append((len(window.rows), window.columns))
     assert shapes == [(2, 5), (3, 4), (4, 3)]  # N - 2 warm-up steps
-    window.slide([7, 8, 9])
-    assert (len(window.rows), window.columns) == (n - 1, w) and window.rows[-1] == [7, 8, 9]
+    window.slide(torch.tensor([[7, 8, 9]]))
+    assert (len(window.rows), window.columns) == (n - 1, w) and window.rows[-1].tolist() == [[7, 8, 9]]
 
 
 def test_lookup_takes_the_latest_match_and_falls_back_to_shorter_ngrams():

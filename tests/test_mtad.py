@@ -87,16 +87,29 @@ def test_the_oracle_mtjd_is_the_tempered_joint():
 # ---- mutants: each breaks the acceptance rule; the rule check must catch it
 
 
-def per_token(log_p, log_q, threshold):
+def per_token(log_p, log_q, k, threshold):
     """Wrong: tests each token's ratio p/q > tau instead of the joint ratio of the prefix."""
-    passing = ((log_p - log_q) > math.log(threshold)).nonzero()
-    return int(passing[-1, 0]) + 1 if passing.numel() else 0
+    if not log_p.shape[1]:
+        return torch.zeros_like(k)
+    return _last_passing((log_p - log_q) > math.log(threshold), k)
 
 
-def shortest(log_p, log_q, threshold):
+def shortest(log_p, log_q, k, threshold):
     """Wrong: the shortest passing prefix instead of the longest."""
-    passing = ((log_p - log_q).cumsum(0) > math.log(threshold)).nonzero()
-    return int(passing[0, 0]) + 1 if passing.numel() else 0
+    if not log_p.shape[1]:
+        return torch.zeros_like(k)
+    passing = _within((log_p - log_q).cumsum(1) > math.log(threshold), k)
+    return torch.where(passing.any(1), passing.long().argmax(1) + 1, 0)
+
+
+def _within(passing, k):
+    return passing & (torch.arange(passing.shape[1]) < k[:, None])
+
+
+def _last_passing(passing, k):
+    passing = _within(passing, k)
+    last = passing.shape[1] - passing.flip(1).long().argmax(1)
+    return torch.where(passing.any(1), last, 0)
 
 
 @pytest.mark.parametrize("mutant", [per_token, shortest], ids=lambda m: m.__name__)

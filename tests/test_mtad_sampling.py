@@ -66,7 +66,7 @@ def test_the_check_rejects_an_extra_token_from_the_wrong_row(monkeypatch):
 
     def shifted(s, block):
         log_p, p = score_block(s, block)
-        return log_p, torch.cat([p[1:], p[-1:]])
+        return log_p, torch.cat([p[:, 1:], p[:, -1:]], dim=1)
 
     monkeypatch.setattr(mtad, "score_block", shifted)
     result = check(4, 3, (2, 2, 5.0), Sampler(1.0))

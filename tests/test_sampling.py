@@ -12,6 +12,7 @@ import torch
 
 import mtdecode
 from mtdecode import Sampler
+from mtdecode.sampling import RowRandom
 from mtdecode.strategies import Autoregressive
 from mtdecode.testing import chi_square_test, tiny_model
 
@@ -28,8 +29,8 @@ SETTINGS = [
 
 
 def counts_of(sampler: Sampler, logits: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    draws = sampler.sample(logits.expand(DRAWS, -1), generator)  # (draws,)
+    random = RowRandom(range(seed, seed + DRAWS))  # one draw from each of DRAWS independent streams
+    draws = sampler.sample(logits.expand(DRAWS, -1), random)  # (draws,)
     return torch.bincount(draws, minlength=logits.shape[-1])
 
 
@@ -91,12 +92,10 @@ def test_generate_samples_from_the_sampler_distribution():
     with torch.no_grad():
         logits = model(torch.tensor([prompt])).logits[0, -1]
     sampler = Sampler(temperature=0.8, top_k=8)
-    counts = torch.zeros(12, dtype=torch.long)
-    for seed in range(2000):
-        token = mtdecode.generate(
-            model, prompt, Autoregressive(), max_new_tokens=1, temperature=0.8, top_k=8, seed=seed
-        )
-        counts[token.tokens[0, 0]] += 1
+    runs = mtdecode.generate(  # 2,000 seeded runs, as the rows of one batch (row b: seed b)
+        model, [prompt] * 2000, Autoregressive(), max_new_tokens=1, temperature=0.8, top_k=8, seed=0
+    )
+    counts = torch.bincount(runs.tokens[:, 0], minlength=12)
     result = chi_square_test(counts, sampler.probs(logits), false_alarm=FALSE_ALARM)
     assert result.passed, str(result)
 

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mtdecode
+from mtdecode.session import with_new_token
 from mtdecode.strategies import speculative
 from mtdecode.strategies.speculative import Speculative
 from mtdecode.testing import assert_greedy_parity, greedy_tokens, tiny_model
@@ -73,11 +74,11 @@ def test_both_caches_are_checked_after_every_step(monkeypatch):
     """The draft catch-up after a fully accepted step is needed: without it the invariant check fails."""
     target, draft = pair("same")
 
-    def commit_without_catch_up(s, draft_runner, tokens, *, drafted, accepted):
-        keep = len(s.tokens) + accepted
+    def commit_without_catch_up(s, draft_runner, guesses, accepted, new_token, k):
+        keep = torch.tensor([len(row) for row in s.tokens]) + accepted
         s.target.cache.crop(keep)
-        draft_runner.cache.crop(min(keep, draft_runner.cache.length))
-        return s.commit(tokens, drafted=drafted, accepted=accepted)
+        draft_runner.cache.crop(torch.minimum(keep, draft_runner.cache.held))
+        return s.commit(*with_new_token(guesses, accepted, new_token), drafted=k, accepted=accepted)
 
     monkeypatch.setattr(speculative, "commit", commit_without_catch_up)
     with pytest.raises(mtdecode.InvariantError, match="draft cache"):

@@ -53,24 +53,26 @@ def test_speculative_sampling_matches_autoregressive(name):
 # ---- mutants: each breaks one line of Algorithm 1; the same test must reject it
 
 
-def residual_from_p(p, q, accepted, generator):
+def residual_from_p(s, p, q, accepted, k):
     """Wrong line 7: after a rejection, draw from p instead of norm(max(0, p - q))."""
-    return int(draw(p[accepted], generator))
+    return draw(p[torch.arange(s.batch), accepted], s.random, rows=s.active)
 
 
 _accept, _correct = speculative.accept, speculative.correct  # the real rules, kept before any monkeypatching
 
 
-def accept_with_p(guesses, p, q, generator):
+def accept_with_p(s, guesses, p, q, k):
     """Wrong line 5: accept with probability p(x) instead of min(1, p(x)/q(x))."""
-    return _accept(guesses, p, torch.ones_like(q), generator)
+    return _accept(s, guesses, p, torch.ones_like(q), k)
 
 
-def bonus_from_q(p, q, accepted, generator):
+def bonus_from_q(s, p, q, accepted, k):
     """Wrong line 10: when every guess was accepted, draw the bonus token from q instead of p."""
-    if accepted == q.shape[0] > 0:
-        return int(draw(q[-1], generator))
-    return _correct(p, q, accepted, generator)
+    right = _correct(s, p, q, accepted, k)
+    if q.shape[1] == 0:
+        return right
+    from_q = draw(q[:, -1], s.random, rows=s.active & (accepted == k))
+    return torch.where(accepted == k, from_q, right)
 
 
 MUTANTS = {"correct": [residual_from_p, bonus_from_q], "accept": [accept_with_p]}

@@ -19,17 +19,17 @@ def test_shapes_are_checked_in_tests():
 
 
 def test_dtypes_are_checked_in_tests():
-    from mtdecode.sampling import draw
+    from mtdecode.sampling import RowRandom, draw
 
     with pytest.raises(Exception, match=TYPE_ERROR):
-        draw(torch.ones(3, dtype=torch.long), torch.Generator())  # integer "probabilities"
+        draw(torch.ones(1, 3, dtype=torch.long), RowRandom([0]))  # integer "probabilities"
 
 
 PROGRAM = """
 import torch, mtdecode
-from mtdecode.sampling import draw
+from mtdecode.sampling import RowRandom, draw
 try:
-    draw(torch.ones(3, dtype=torch.long), torch.Generator())
+    draw(torch.ones(1, 3, dtype=torch.long), RowRandom([0]))
 except Exception as error:
     print(type(error).__module__, type(error).__name__)
 """

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from mtdecode import verification
-from mtdecode.sampling import draw
+from mtdecode.sampling import RowRandom, draw
 from mtdecode.testing.verifier import check_one_hot_verifier
-from mtdecode.verification import Verdict, try_proposals, verify_candidates
+from mtdecode.verification import Verdict, verify_candidates
 
 FALSE_ALARM = 1e-3
 
@@ -28,16 +28,28 @@ def one_hot(token: int, vocab: int = 8) -> torch.Tensor:
         ([[5, 2], [5, 6]], 2, [5, 6, 7], 1),  # the second candidate sharing 5 wins at position 2
         ([[5, 2]], 1, [5, 6], 0),  # rejected at position 2: the target's token instead
         ([[1, 2]], 0, [5], 0),
+        ([[5, -1], [5, 6]], 2, [5, 6, 7], 1),  # a shorter candidate (padded with -1) ends where it ends
+        ([[5, -1]], 1, [5, 6], 0),  # accepted to its end: the bonus token after it
         ([], 0, [5], -1),
     ],
 )
 def test_greedy_takes_the_longest_matching_prefix_and_the_next_token(candidates, accepted, tokens, best):
     """The target's greedy text is 5, 6, 7: after x0 it says 5, after 5 it says 6, after 5 6 it says 7."""
-    rows = torch.tensor(candidates, dtype=torch.long).reshape(len(candidates), 2)
+    rows = torch.tensor(candidates, dtype=torch.long).reshape(1, len(candidates), 2)
     after = torch.stack([torch.stack([one_hot(6), one_hot(7)]) for _ in candidates]) if candidates else None
     after = after if after is not None else torch.empty(0, 2, 8, dtype=torch.float64)
-    verdict = verify_candidates(one_hot(5), after, rows, torch.Generator().manual_seed(0))
-    assert verdict == Verdict(best, accepted, tokens)
+    verdict = verify_candidates(one_hot(5)[None], after[None], rows, RowRandom([0]))
+    assert (verdict.candidate.item(), verdict.accepted.item()) == (best, accepted)
+    assert verdict.tokens[0, : accepted + 1].tolist() == tokens
+
+
+def test_rows_are_verified_each_on_their_own():
+    """Two rows with other candidates in one call give what each gives alone."""
+    after = torch.stack([torch.stack([one_hot(6), one_hot(7)])] * 2)[None].expand(2, -1, -1, -1)
+    candidates = torch.tensor([[[3, 1], [5, 6]], [[5, 2], [-1, -1]]])
+    verdict = verify_candidates(one_hot(5)[None].expand(2, -1), after, candidates, RowRandom([0, 1]))
+    assert verdict.accepted.tolist() == [2, 1] and verdict.candidate.tolist() == [1, 0]
+    assert verdict.tokens[0].tolist() == [5, 6, 7] and verdict.tokens[1, :2].tolist() == [5, 6]
 
 
 def test_the_real_verifier_preserves_the_distribution():
@@ -48,41 +60,41 @@ def test_the_real_verifier_preserves_the_distribution():
 # ---- mutants: each breaks one step of the rule; the same test must reject it
 
 
-def keep_rejected(p, proposals, generator):
+def keep_rejected(p, proposals, random):
     """Wrong step 1: after rejecting x, keep p as it is instead of removing x and renormalising."""
-    for x in dict.fromkeys(proposals):
-        if float(torch.rand((), generator=generator, dtype=torch.float64)) < float(p[x]):
-            return x, p
-    return None, p
+    chosen = torch.full((p.shape[0],), -1)
+    for c in range(proposals.shape[1]):
+        x = proposals[:, c]
+        trying = (x >= 0) & (chosen < 0) & ~(proposals[:, :c] == x[:, None]).any(1)
+        u = random.uniform(trying.long())[:, 0]
+        chosen = torch.where(trying & (u < p.gather(1, x.clamp(min=0)[:, None])[:, 0]), x, chosen)
+    return chosen, p
 
 
-def no_filter(first, after, candidates, generator):
+def candidate_zero(after, alive, k):
     """Wrong step 2: after accepting x, continue with candidate 0's row even if it proposed another token."""
-    guesses, p, accepted = candidates.tolist(), first, []
-    for k in range(candidates.shape[1]):
-        x, p = try_proposals(p, [g[k] for g in guesses], generator)
-        if x is None:
-            return Verdict(0, k, accepted + [int(draw(p, generator))])
-        accepted.append(x)
-        p = after[0, k]
-    return Verdict(0, len(accepted), accepted + [int(draw(p, generator))])
+    return after[:, 0, k].double()
 
 
-def stale_bonus(first, after, candidates, generator):
+def stale_bonus(first, after, candidates, random, rows=None):
     """Wrong step 4: the bonus token after a full match is drawn from the row before the last token."""
-    verdict = verify_candidates(first, after, candidates, generator)
-    if verdict.accepted == candidates.shape[1]:
-        stale = after[verdict.candidate, -2]
-        return Verdict(verdict.candidate, verdict.accepted, verdict.tokens[:-1] + [int(draw(stale, generator))])
-    return verdict
+    verdict = verify_candidates(first, after, candidates, random, rows)
+    full = verdict.accepted == candidates.shape[2]
+    stale = after[torch.arange(after.shape[0]), verdict.candidate.clamp(min=0), -2]
+    bonus = draw(stale, random, rows=full)
+    tokens = verdict.tokens.clone()
+    tokens[full, -1] = bonus[full]
+    return Verdict(verdict.candidate, verdict.accepted, tokens)
 
 
-@pytest.mark.parametrize("mutant", ["keep_rejected", "no_filter", "stale_bonus"])
+@pytest.mark.parametrize("mutant", ["keep_rejected", "candidate_zero", "stale_bonus"])
 def test_the_check_rejects_a_wrong_verifier(mutant, monkeypatch):
+    verify = verification.verify_candidates
     if mutant == "keep_rejected":
         monkeypatch.setattr(verification, "try_proposals", keep_rejected)
-        verify = verification.verify_candidates
+    elif mutant == "candidate_zero":
+        monkeypatch.setattr(verification, "p_after", candidate_zero)
     else:
-        verify = {"no_filter": no_filter, "stale_bonus": stale_bonus}[mutant]
+        verify = stale_bonus
     result = check_one_hot_verifier(verify, false_alarm=FALSE_ALARM)
     assert not result.passed, f"the {mutant} mutant went unnoticed: {result}"

@@ -1,21 +1,33 @@
-"""The KV-cache manager: one per model per `generate` call.
+"""The KV-cache manager: one per model per `generate` call, for a whole batch of rows.
 
 The cache holds one key and one value tensor per layer, each of shape
-`(batch, kv_heads, length, head_dim)`. Its entries come in two parts:
+`(batch, kv_heads, columns, head_dim)`. Rows of a batch hold different numbers of tokens,
+so a column need not hold an entry in every row: `valid[b, c]` says whether column `c`
+holds one of row b's tokens, and `positions[b, c]` at which position it was computed.
+Attention ignores the order of keys (only the mask and the positions baked into the keys
+count), so an invalid column is simply hidden by the mask: a **hole**.
 
-- the **committed** entries, `[0, committed)`: tokens known to be part of the output;
-- the **pending** entries, `[committed, length)`: what forward passes appended since,
-  guesses that the strategy has not yet accepted or rejected.
+The columns come in two parts, the same for every row:
 
-A strategy resolves the pending part with one of three operations:
+- the **committed** columns, `[0, committed)`: each row's valid entries there are tokens
+  known to be part of its output, at positions 0, 1, ..., `lengths[b] - 1`;
+- the **pending** columns, `[committed, columns)`: what forward passes appended since,
+  guesses the strategy has not yet accepted or rejected (and left padding, never valid).
 
-- `commit()`: every pending entry is accepted (plain decoding);
-- `crop(length)`: keep the first `length` entries, drop the rest (reject the tail
-  of a draft; also rolls back committed entries if `length < committed`);
-- `keep(indices)`: keep the listed pending entries, in that order, right after the
-  committed ones (compaction after a branch or a tree was verified in one pass).
+A strategy resolves the pending part with one of three operations, each acting on every
+row at once:
 
-After any of them, every entry is committed again.
+- `commit()`: every valid pending entry is accepted (plain decoding);
+- `crop(lengths)`: row b keeps the entries at positions below `lengths[b]`, anything else
+  goes (reject the tail of a draft; may also roll back committed entries);
+- `keep(indices)`: row b keeps the pending entries `indices[b]`, in that order (compaction
+  after a branch or a tree was verified in one pass).
+
+After any of them every column is committed again, and the cache tidies itself: the
+columns just resolved are packed (each row's kept entries moved to the front, the columns
+no row uses dropped), and when holes make up more than half of the columns, every row is
+packed. A long batched run therefore never keeps every rejected guess's entry: the cache
+has at most about twice the columns of its longest row. A batch of one never has holes.
 """
 
 from collections.abc import Sequence
@@ -24,68 +36,158 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from mtdecode.tensor_types import Int, Tensor
+from mtdecode.tensor_types import Bool, Int, Tensor
+
+#: below this many columns, holes are not worth a full packing
+_PACK_AT_LEAST = 16
 
 
 class KVCache:
-    """Keys and values of one model, with their committed length.
+    """Keys and values of one model for a batch of rows, with the rows' validity and positions per column.
 
-    Wraps a transformers `DynamicCache` (passed to the model as `past_key_values`)
-    and edits its layers in place.
+    Wraps a transformers `DynamicCache` (passed to the model as `past_key_values`; the model
+    appends new columns to it) and edits its layers in place. `record` must follow every
+    forward pass (`CausalLM.forward` calls it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, batch: int | None = None, device: torch.device | str = "cpu") -> None:
         self.hf_cache = DynamicCache()
         self.committed = 0
+        self.valid: Bool[Tensor, "batch columns"] | None = None
+        self.positions: Int[Tensor, "batch columns"] | None = None
+        if batch is not None:  # else the first forward tells
+            self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)
+            self.positions = torch.zeros(batch, 0, dtype=torch.long, device=device)
+
+    # ---------------------------------------------------------------- reading
 
     @property
-    def length(self) -> int:
-        """Number of entries held, committed or pending."""
-        return self.hf_cache.get_seq_length()
+    def columns(self) -> int:
+        """Columns held, committed or pending (the key axis the next mask starts with)."""
+        return 0 if self.valid is None else self.valid.shape[1]
 
     @property
     def pending(self) -> int:
-        """Number of entries appended since the last `commit`, `crop` or `keep`."""
-        return self.length - self.committed
+        """Columns appended since the last `commit`, `crop` or `keep`."""
+        return self.columns - self.committed
+
+    @property
+    def lengths(self) -> Int[Tensor, " batch"]:
+        """Tokens each row holds in its committed columns (the position its next token gets)."""
+        return self.valid[:, : self.committed].sum(1)
+
+    @property
+    def held(self) -> Int[Tensor, " batch"]:
+        """Valid entries each row holds, committed or pending."""
+        return self.valid.sum(1)
+
+    # ---------------------------------------------------------------- writing
+
+    def record(self, positions: Int[Tensor, "batch new"], valid: Bool[Tensor, "batch new"]) -> None:
+        """Note the positions and validity of the columns a forward pass just appended (pending)."""
+        if self.valid is None:
+            self.valid = valid[:, :0]
+            self.positions = positions[:, :0]
+        self.valid = torch.cat([self.valid, valid], dim=1)
+        self.positions = torch.cat([self.positions, positions], dim=1)
+        if self.hf_cache.get_seq_length() != self.columns:
+            raise RuntimeError(
+                f"the model appended {self.hf_cache.get_seq_length()} columns, the cache noted {self.columns}"
+            )
 
     def commit(self) -> None:
-        """Accept every pending entry."""
-        self.committed = self.length
+        """Accept every valid pending entry."""
+        self._resolve(self._survivors(self.valid[:, self.committed :]))
 
-    def crop(self, length: int) -> None:
-        """Keep the first `length` entries and drop the rest; all kept entries become committed.
+    def crop(self, lengths: int | Sequence[int] | Int[Tensor, " batch"]) -> None:
+        """Row b keeps its entries at positions below `lengths[b]` (committed or pending) and drops the rest.
 
-        **Raises:** `ValueError` if `length` is negative or larger than `self.length`.
+        **Raises:** `ValueError` if a length is negative or larger than the row holds.
         """
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot crop a cache of {self.length} entries to {length}")
-        for layer in self._layers():
-            layer.keys = layer.keys[..., :length, :]
-            layer.values = layer.values[..., :length, :]
-        self.committed = length
+        if self.valid is None:
+            if not torch.all(torch.as_tensor(lengths) == 0):
+                raise ValueError(f"cannot crop an empty cache to {lengths}")
+            return
+        lengths = torch.as_tensor(lengths, dtype=torch.long, device=self.valid.device).expand(self.valid.shape[0])
+        if (lengths < 0).any() or (lengths > self.held).any():
+            raise ValueError(f"cannot crop rows holding {self.held.tolist()} entries to {lengths.tolist()}")
+        self.valid = self.valid & (self.positions < lengths[:, None])
+        self.commit()
 
-    def keep(self, indices: Sequence[int] | Int[Tensor, " kept"]) -> None:
-        """Keep only the pending entries at `indices` (0 = first pending entry), in that order.
+    def keep(self, indices: Sequence[int] | Sequence[Sequence[int]] | Int[Tensor, "*batch kept"]) -> None:
+        """Row b keeps only the pending entries at `indices[b]` (0 = first pending column), in that order.
 
-        The kept entries move right after the committed ones and become committed;
-        every other pending entry is dropped. Their keys carry the positions they were
-        computed with, so `indices` should list a path whose positions continue the
-        committed prefix (`mtdecode.masks.tree_positions` numbers a tree that way).
+        One list of indices applies to every row; a 2-D tensor gives one row of indices per
+        batch row, padded with -1. A listed entry that was never valid (left padding) stays
+        invalid. The kept entries' keys carry the positions they were computed with, so each
+        row's indices should list a path whose positions continue its committed tokens
+        (`mtdecode.masks.tree_positions` numbers a tree that way).
 
-        **Raises:** `ValueError` if an index is outside `[0, pending)` or repeats.
+        **Raises:** `ValueError` if an index is outside `[0, pending)` or repeats within a row.
         """
-        index = torch.as_tensor(indices, dtype=torch.long).reshape(-1).cpu()
-        if index.numel() and (index.min() < 0 or index.max() >= self.pending):
-            raise ValueError(f"keep({index.tolist()}): indices must lie in [0, {self.pending})")
-        if index.unique().numel() != index.numel():
+        batch = 1 if self.valid is None else self.valid.shape[0]
+        index = torch.as_tensor(indices, dtype=torch.long).reshape(-1) if _flat(indices) else None
+        index = index[None].expand(batch, -1) if index is not None else torch.as_tensor(indices, dtype=torch.long)
+        index = index.reshape(batch, -1).to("cpu" if self.valid is None else self.valid.device)
+        listed = index[index >= 0]
+        if (index < -1).any() or (listed.numel() and listed.max() >= self.pending):
+            raise ValueError(f"keep({index.tolist()}): indices must lie in [0, {self.pending}) (or -1 for none)")
+        sorted_rows = index.sort(dim=1).values
+        if ((sorted_rows[:, 1:] == sorted_rows[:, :-1]) & (sorted_rows[:, 1:] >= 0)).any():
             raise ValueError(f"keep({index.tolist()}): indices repeat")
-        start = self.committed
+        if self.valid is not None:
+            self._resolve(index)
+
+    # ---------------------------------------------------------------- tidying
+
+    def _survivors(self, alive: Bool[Tensor, "batch region"]) -> Int[Tensor, "batch kept"]:
+        """Column indices (in the region) of each row's surviving entries, in column order, padded with -1."""
+        kept = alive.sum(1)
+        width = int(kept.max()) if alive.numel() else 0
+        order = torch.argsort((~alive).to(torch.int8), dim=1, stable=True)[:, :width]  # survivors first
+        return torch.where(torch.arange(width, device=alive.device) < kept[:, None], order, -1)
+
+    def _resolve(self, order: Int[Tensor, "batch kept"]) -> None:
+        """Row b's pending columns become `order[b]` (-1: a hole), packed after the committed ones; then tidy."""
+        start, pending = self.committed, self.pending
+        used = (order >= 0).any(0).nonzero()
+        order = order[:, : int(used[-1, 0]) + 1 if used.numel() else 0]  # no column of holes at the end
+        identity = order.shape[1] == pending and bool((order == torch.arange(pending, device=order.device)).all())
+        if identity:
+            self.committed = self.columns
+        else:
+            self._pack(start, order)
+        self._drop_unused_tail()
+        lengths = self.valid.sum(1)
+        if self.columns > 2 * int(lengths.max()) + _PACK_AT_LEAST:  # mostly holes: pack every row
+            self._pack(0, self._survivors(self.valid))
+
+    def _pack(self, start: int, order: Int[Tensor, "batch kept"]) -> None:
+        """Replace columns [start, columns) of every row by the columns `order[b] + start` (-1: a hole)."""
+        source = order.clamp(min=0) + start  # (batch, kept)
+        valid = self.valid.gather(1, source) & (order >= 0)
+        positions = self.positions.gather(1, source)
         for layer in self._layers():
-            # (batch, heads, committed, dim) ++ (batch, heads, kept, dim)
-            picked = index.to(layer.keys.device) + start
-            layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys[..., picked, :]], dim=-2)
-            layer.values = torch.cat([layer.values[..., :start, :], layer.values[..., picked, :]], dim=-2)
-        self.committed = start + index.numel()
+            # (batch, heads, start, dim) ++ the picked columns (batch, heads, kept, dim)
+            picked = source.to(layer.keys.device)[:, None, :, None].expand(
+                -1, layer.keys.shape[1], -1, layer.keys.shape[3]
+            )
+            layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys.gather(2, picked)], dim=2)
+            layer.values = torch.cat([layer.values[:, :, :start], layer.values.gather(2, picked)], dim=2)
+        self.valid = torch.cat([self.valid[:, :start], valid], dim=1)
+        self.positions = torch.cat([self.positions[:, :start], positions], dim=1)
+        self.committed = self.columns
+
+    def _drop_unused_tail(self) -> None:
+        """Drop the last columns if no row holds an entry there."""
+        used = self.valid.any(0).nonzero()
+        end = int(used[-1, 0]) + 1 if used.numel() else 0
+        if end < self.columns:
+            for layer in self._layers():
+                layer.keys = layer.keys[:, :, :end]
+                layer.values = layer.values[:, :, :end]
+            self.valid, self.positions = self.valid[:, :end], self.positions[:, :end]
+            self.committed = min(self.committed, end)
 
     def _layers(self) -> list[DynamicLayer]:
         layers = self.hf_cache.layers
@@ -98,4 +200,11 @@ class KVCache:
         return [layer for layer in layers if layer.is_initialized]
 
     def __repr__(self) -> str:
-        return f"KVCache(committed={self.committed}, pending={self.pending})"
+        return f"KVCache(columns={self.columns}, committed={self.committed}, pending={self.pending})"
+
+
+def _flat(indices) -> bool:
+    """Whether `indices` is one list of ints (for every row) rather than one list per row."""
+    if isinstance(indices, Tensor):
+        return indices.ndim <= 1
+    return all(not isinstance(i, Sequence | Tensor) for i in indices)

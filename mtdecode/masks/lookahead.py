@@ -77,7 +77,7 @@ class LookaheadLayout:
         """Indices of window row r, columns 0..L-1 (row 0 starts with x0)."""
         return [self.cell(r, j) for j in range(self.columns)]
 
-    def positions(self, prefix: int, device: torch.device | str | None = None) -> Int[Tensor, " new"]:
+    def positions(self, prefix: int = 0, device: torch.device | str | None = None) -> Int[Tensor, " new"]:
         """Position ids: context token i at prefix + i; cell (r, j) at p + r + j; candidate token k at p + 1 + k."""
         p = prefix + self.context - 1  # x0's position
         positions = torch.empty(self.size, dtype=torch.long)
@@ -90,7 +90,7 @@ class LookaheadLayout:
             positions[start : start + self.length] = torch.arange(p + 1, p + 1 + self.length)
         return positions.to(device)
 
-    def mask(self, prefix: int, device: torch.device | str | None = None) -> Bool[Tensor, "query key"]:
+    def mask(self, prefix: int = 0, device: torch.device | str | None = None) -> Bool[Tensor, "query key"]:
         """The boolean mask over (prefix + new) keys described in the module docstring."""
         u, size = self.context, self.size
         among_new = torch.zeros(size, size, dtype=torch.bool)  # (query, new)

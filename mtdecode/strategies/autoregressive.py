@@ -1,43 +1,41 @@
-"""Autoregressive decoding: one target forward pass, one token. The baseline every
+"""Autoregressive decoding: one target forward pass, one token per row. The baseline every
 other strategy is compared with, token for token (greedy) or in distribution (sampling).
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mtdecode.session import Session, Step
-from mtdecode.tensor_types import Float, Tensor
+from mtdecode.tensor_types import Float, Int, Tensor
 
 
 @dataclass(frozen=True)
 class Autoregressive:
     """Feed the newest token, sample the next from p, repeat."""
 
-    max_batch_size: int = field(default=1, init=False)
-
-    def decode(self, s: Session) -> Iterator[Step]:
+    def decode(self, s: Session) -> Iterator[list[Step]]:
         logits = prefill(s)
         while True:
-            yield s.commit([sample_next(s, logits)])
+            yield s.commit(sample_next(s, logits)[:, None], counts=1)
             if s.done:
                 return
             logits = decode_one_token(s)
 
 
-def prefill(s: Session) -> Float[Tensor, " vocab"]:
-    """Run the target over the whole prompt; return the logits for the first new token."""
-    logits = s.target.extend(s.tokens, logits_to_keep=1)  # (1, vocab)
+def prefill(s: Session) -> Float[Tensor, "batch vocab"]:
+    """Run the target over every row's whole prompt; return the logits for each row's first new token."""
+    logits = s.target.extend(s.unread(s.target), logits_to_keep=1)  # (batch, 1, vocab)
     s.target.cache.commit()
-    return logits[-1]
+    return logits[:, -1]
 
 
-def decode_one_token(s: Session) -> Float[Tensor, " vocab"]:
-    """Feed the newest committed token; return the logits for the one after it."""
-    logits = s.target.extend(s.tokens[-1:])  # (1, vocab)
+def decode_one_token(s: Session) -> Float[Tensor, "batch vocab"]:
+    """Feed each row's newest committed token; return the logits for the one after it."""
+    logits = s.target.extend(s.last_tokens[:, None])  # (batch, 1, vocab)
     s.target.cache.commit()
-    return logits[-1]
+    return logits[:, -1]
 
 
-def sample_next(s: Session, logits: Float[Tensor, " vocab"]) -> int:
-    """One token from p = sampler.probs(logits) (the argmax when greedy)."""
-    return int(s.sampler.sample(logits, s.generator))
+def sample_next(s: Session, logits: Float[Tensor, "batch vocab"]) -> Int[Tensor, " batch"]:
+    """One token per row from p = sampler.probs(logits) (the argmax when greedy); finished rows draw nothing."""
+    return s.sampler.sample(logits, s.random, rows=s.active)

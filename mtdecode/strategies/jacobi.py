@@ -18,13 +18,13 @@ it is faster when several guesses converge at once. Lookahead decoding
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from mtdecode.session import Session, Step
-from mtdecode.tensor_types import Float, Tensor
-from mtdecode.verification import verify_chain
+from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.verification import NONE, verify_chain
 
 
 @dataclass(frozen=True)
@@ -36,34 +36,45 @@ class Jacobi:
     """
 
     block: int = 8
-    max_batch_size: int = field(default=1, init=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
             raise ValueError(f"block must be an integer >= 1, got {self.block!r}")
 
-    def decode(self, s: Session) -> Iterator[Step]:
-        guesses = prompt_tokens(s, self.block)  # any start converges; prompt tokens are a cheap one
+    def decode(self, s: Session) -> Iterator[list[Step]]:
+        guesses = prompt_tokens(s, self.block)  # (batch, block): any start converges; prompt tokens are a cheap one
         while not s.done:
-            k = min(self.block, s.remaining - 1)  # the step adds one token of its own
-            step, logits = verify_chain(s, guesses[:k])  # steps 1-2
-            yield step
-            guesses = jacobi_update(logits, step.accepted, self.block)  # step 3
+            k = s.budget(self.block)  # (batch,): the step adds one token of its own
+            steps, logits, accepted = verify_chain(s, up_to(guesses, k))  # steps 1-2
+            yield steps
+            guesses = jacobi_update(logits, accepted, k, self.block)  # step 3
 
 
-def jacobi_update(logits: Float[Tensor, "rows vocab"], accepted: int, block: int) -> list[int]:
+def up_to(guesses: Int[Tensor, "batch block"], k: Int[Tensor, " batch"]) -> Int[Tensor, "batch guesses"]:
+    """Each row's first k[b] guesses, the rest padded with -1 (cut to the widest row)."""
+    width = int(k.max())
+    column = torch.arange(width, device=guesses.device)
+    return torch.where(column < k[:, None], guesses[:, :width], NONE)
+
+
+def jacobi_update(
+    logits: Float[Tensor, "batch rows vocab"], accepted: Int[Tensor, " batch"], k: Int[Tensor, " batch"], block: int
+) -> Int[Tensor, "batch block"]:
     """Step 3: the predictions after the first rejected guess, padded to `block` by repeating the last one.
 
-    Row i of `logits` was computed after guess i (row 0 after x0). The step committed guesses
-    1..accepted and the prediction of row `accepted`; rows accepted+1.. predict the positions after that.
+    Row i of a row's `logits` was computed after guess i (row 0 after x0), up to its k guesses. The
+    step committed guesses 1..accepted and the prediction of row `accepted`; rows accepted+1..k
+    predict the positions after that.
     """
-    guesses = logits[accepted + 1 :].argmax(dim=-1).tolist()  # (rows - accepted - 1,)
-    filler = guesses[-1] if guesses else int(logits[-1].argmax())
-    return guesses + [filler] * (block - len(guesses))
+    predictions = logits.argmax(dim=-1)  # (batch, rows)
+    index = accepted[:, None] + 1 + torch.arange(block, device=logits.device)  # (batch, block)
+    return predictions.gather(1, torch.minimum(index, k[:, None]))  # past a row's last guess: its last prediction
 
 
-def prompt_tokens(s: Session, n: int) -> list[int]:
-    """n tokens drawn at random from the prompt, with the call's generator (a seed repeats them)."""
-    prompt = torch.tensor(s.tokens[: s.prompt_length])
-    picks = torch.randint(len(prompt), (n,), generator=s.generator, device=s.generator.device).cpu()
-    return prompt[picks].tolist()
+def prompt_tokens(s: Session, n: int) -> Int[Tensor, "batch n"]:
+    """n tokens drawn at random from each row's prompt, with the row's random stream (a seed repeats them)."""
+    lengths = torch.tensor(s.prompt_lengths, device=s.device)  # (batch,)
+    width = max(s.prompt_lengths)
+    prompts = torch.tensor([row[:n] + [0] * (width - n) for row, n in zip(s.tokens, s.prompt_lengths, strict=True)])
+    picks = (s.random.uniform(n).to(s.device) * lengths[:, None]).long()  # (batch, n): uniform over positions
+    return prompts.to(s.device).gather(1, torch.minimum(picks, lengths[:, None] - 1))

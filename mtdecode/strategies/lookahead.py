@@ -26,6 +26,9 @@ rows of W columns; the pool fills from then on. Per step, with x0 the newest com
 4. the predictions under the window's last row are the new row; a full window gives W n-grams;
 5. slide the window.
 
+In a batch every row has its own window and pool; the rows step together, so their windows
+have the same shape, and a row with fewer candidates than another is padded with -1.
+
 If W, N or G is left as None, it is chosen from the measured forward cost of the model on
 its device (`mtdecode.tuning`): the paper's A100 defaults (W=7, N=5, G=7, about 56 tokens
 per forward) are slower than greedy on a small CPU.
@@ -33,16 +36,17 @@ per forward) are slower than greedy on a small CPU.
 
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from mtdecode import tuning
 from mtdecode.masks import LookaheadLayout
+from mtdecode.model import left_pad
 from mtdecode.session import Session, Step
 from mtdecode.strategies.jacobi import prompt_tokens
-from mtdecode.tensor_types import Float, Tensor
-from mtdecode.verification import verify_candidates
+from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.verification import NONE, verify_candidates
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,6 @@ class Lookahead:
     ngram: int | None = None
     guesses: int | None = None
     prompt_pool: bool = False
-    max_batch_size: int = field(default=1, init=False)
 
     def __post_init__(self) -> None:
         for name, least in (("window", 1), ("ngram", 2), ("guesses", 0)):
@@ -69,21 +72,25 @@ class Lookahead:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise ValueError(f"{name} must be None (tuned) or an integer >= {least}, got {value!r}")
 
-    def decode(self, s: Session) -> Iterator[Step]:
+    def decode(self, s: Session) -> Iterator[list[Step]]:
         w, n, g = tuning.lookahead_settings(
             s.target.model, self.window, self.ngram, self.guesses, prompt_pool=self.prompt_pool
         )
-        pool = NgramPool(per_key=g)
+        pools = [NgramPool(per_key=g) for _ in range(s.batch)]  # one pool per row
         if self.prompt_pool:
-            pool.add_all(s.tokens, n)
+            for pool, tokens in zip(pools, s.tokens, strict=True):
+                pool.add_all(tokens, n)
         window = Window([prompt_tokens(s, w + n - 3)], depth=n - 1)  # warm-up start: one row, plus x0
         while not s.done:
-            grid = window.grid(x0=s.tokens[-1])
-            candidates = pool.candidates(s.tokens[-1], length=min(n - 1, s.remaining - 1))  # step 1
-            step, new_row = lookahead_step(s, window, candidates)  # steps 2-3
-            yield step
+            grid = window.grid(x0=s.last_tokens)  # (batch, rows, columns)
+            lengths = (s.remaining - 1).clamp(min=0, max=n - 1).tolist()
+            found = [pool.candidates(x0, m) for pool, x0, m in zip(pools, s.last_tokens.tolist(), lengths, strict=True)]
+            candidates = pad_candidates(found, s.device)  # step 1
+            steps, new_row = lookahead_step(s, window, candidates)  # steps 2-3
+            yield steps
             if window.full:
-                pool.add_columns(grid, new_row)  # step 4
+                for pool, columns, predictions in zip(pools, grid.tolist(), new_row.tolist(), strict=True):
+                    pool.add_columns(columns, predictions)  # step 4
             window.slide(new_row)  # step 5
 
 
@@ -123,31 +130,43 @@ class NgramPool:
         return [list(rest) for rest in dict.fromkeys(cut)]
 
 
-class Window:
-    """The lookahead branch: rows of Jacobi guesses; cell (0, 0) is always x0, the newest committed token.
+def pad_candidates(found: list[list[list[int]]], device: torch.device) -> Int[Tensor, "batch candidate length"]:
+    """Every row's candidates as one tensor, padded with -1 (no candidate, or a shorter one)."""
+    count = max(map(len, found), default=0)
+    length = max((len(c) for row in found for c in row), default=0)
+    padded = torch.full((len(found), count, length), NONE, dtype=torch.long)
+    for b, row in enumerate(found):
+        for c, candidate in enumerate(row):
+            padded[b, c, : len(candidate)] = torch.tensor(candidate, dtype=torch.long)
+    return padded.to(device)
 
-    Row 0 is stored without x0 (`columns - 1` tokens); rows 1.. have `columns` tokens. Warm-up
-    (as the paper's code does it) starts from one row of W + N - 3 tokens: each step adds a
-    row and drops a column, so after N - 2 steps the window has N - 1 rows of W columns.
+
+class Window:
+    """The lookahead branch of every row: rows of Jacobi guesses; cell (0, 0) is always x0, the newest committed token.
+
+    Row 0 is stored without x0 (`columns - 1` tokens); rows 1.. have `columns` tokens; each is a
+    `(batch, tokens)` tensor. Warm-up (as the paper's code does it) starts from one row of
+    W + N - 3 tokens: each step adds a row and drops a column, so after N - 2 steps the window
+    has N - 1 rows of W columns.
     """
 
-    def __init__(self, rows: list[list[int]], depth: int) -> None:
+    def __init__(self, rows: list[Int[Tensor, "batch tokens"]], depth: int) -> None:
         self.rows = rows
         self.depth = depth  # N - 1, the number of rows once warmed up
 
     @property
     def columns(self) -> int:
-        return len(self.rows[0]) + 1
+        return self.rows[0].shape[1] + 1
 
     @property
     def full(self) -> bool:
         return len(self.rows) == self.depth
 
-    def grid(self, x0: int) -> list[list[int]]:
+    def grid(self, x0: Int[Tensor, " batch"]) -> Int[Tensor, "batch rows columns"]:
         """The rows with x0 put in front of row 0."""
-        return [[x0, *self.rows[0]], *self.rows[1:]]
+        return torch.stack([torch.cat([x0[:, None], self.rows[0]], dim=1), *self.rows[1:]], dim=1)
 
-    def slide(self, new_row: list[int]) -> None:
+    def slide(self, new_row: Int[Tensor, "batch columns"]) -> None:
         """Move the window one Jacobi iteration on, after the step committed a token.
 
         While warming up, every row (and the new one) drops its first column, the position
@@ -155,53 +174,54 @@ class Window:
         row 1 becomes row 0 (its first cell is now the committed token), the new row comes last.
         """
         if not self.full:
-            self.rows = [row[1:] for row in self.rows] + [new_row[1:]]
+            self.rows = [row[:, 1:] for row in self.rows] + [new_row[:, 1:]]
         else:
             levels = [*self.rows[1:], new_row]
-            self.rows = [levels[0][1:], *levels[1:]]
+            self.rows = [levels[0][:, 1:], *levels[1:]]
 
 
-def lookahead_step(s: Session, window: Window, candidates: list[list[int]]) -> tuple[Step, list[int]]:
+def lookahead_step(
+    s: Session, window: Window, candidates: Int[Tensor, "batch candidate length"]
+) -> tuple[list[Step], Int[Tensor, "batch columns"]]:
     """One forward over the unread tokens, the window and the candidates; verify; keep the accepted entries.
 
     **Returns:**
 
-    The committed `Step`, and the new window row: the target's prediction under each cell of
+    The committed steps, and the new window row: the target's prediction under each cell of
     the window's last row.
     """
-    context = s.unread(s.target)  # [.., x0]
-    length = len(candidates[0]) if candidates else 0
-    layout = LookaheadLayout(len(context), len(window.rows), window.columns, len(candidates), length)
-    ids = context + [token for row in window.rows for token in row] + [t for c in candidates for t in c]
-    device = s.device
-    prefix = s.target.cache.length
+    context, pad = left_pad(s.unread(s.target), s.device)  # (batch, u): [.., x0], shorter rows padded on the left
+    count, length = candidates.shape[1:] if candidates.shape[2] else (0, 0)
+    layout = LookaheadLayout(context.shape[1], len(window.rows), window.columns, count, length)
+    ids = torch.cat([context, *window.rows, candidates[:, :count].clamp(min=0).flatten(1)], dim=1)
     last_row = layout.row(layout.rows - 1)
-    candidate_rows = [layout.candidate(c, k) for c in range(len(candidates)) for k in range(length)]
-    wanted = torch.tensor([layout.cell(0, 0), *last_row, *candidate_rows], device=device)
+    candidate_rows = [layout.candidate(c, k) for c in range(count) for k in range(length)]
+    wanted = torch.tensor([layout.cell(0, 0), *last_row, *candidate_rows], device=s.device)
     logits = s.target.forward(
-        torch.tensor(ids, device=device),
-        layout.positions(prefix, device),
-        layout.mask(prefix, device),
-        logits_to_keep=wanted,
-    )  # (1 + columns + candidates * length, vocab)
-    new_row = logits[1 : 1 + layout.columns].argmax(dim=-1).tolist()
-    step = verify_and_keep(s, layout, candidates, logits[0], logits[1 + layout.columns :])
-    return step, new_row
+        ids, layout.positions(device=s.device), layout.mask(device=s.device), pad=pad, logits_to_keep=wanted
+    )  # (batch, 1 + columns + candidates * length, vocab)
+    new_row = logits[:, 1 : 1 + layout.columns].argmax(dim=-1)
+    steps = verify_and_keep(s, layout, candidates[:, :count], logits[:, 0], logits[:, 1 + layout.columns :])
+    return steps, new_row
 
 
 def verify_and_keep(
     s: Session,
     layout: LookaheadLayout,
-    candidates: list[list[int]],
-    x0_logits: Float[Tensor, " vocab"],
-    candidate_logits: Float[Tensor, "rows vocab"],
-) -> Step:
+    candidates: Int[Tensor, "batch candidate length"],
+    x0_logits: Float[Tensor, "batch vocab"],
+    candidate_logits: Float[Tensor, "batch rows vocab"],
+) -> list[Step]:
     """Section 3.3: verify the candidates, keep the cache entries of the context and the accepted tokens."""
+    batch, vocab = x0_logits.shape
     p_first = s.sampler.probs(x0_logits)
-    vocab = x0_logits.shape[-1]
-    p_after = s.sampler.probs(candidate_logits).reshape(layout.candidates, layout.length, vocab)
-    proposed = torch.tensor(candidates, dtype=torch.long, device=s.device).reshape(layout.candidates, layout.length)
-    verdict = verify_candidates(p_first, p_after, proposed, s.generator)
-    accepted = [layout.candidate(verdict.candidate, k) for k in range(verdict.accepted)]
-    s.target.cache.keep(list(range(layout.context)) + accepted)  # the window and the other candidates go
-    return s.commit(verdict.tokens, drafted=layout.length, accepted=verdict.accepted)
+    p_after = s.sampler.probs(candidate_logits).reshape(batch, layout.candidates, layout.length, vocab)
+    verdict = verify_candidates(p_first, p_after, candidates, s.random, s.active)
+    # the context's entries, then the winning candidate's accepted tokens; the window and the other candidates go
+    k = torch.arange(layout.length, device=s.device)
+    chosen = layout.candidate_start + verdict.candidate.clamp(min=0)[:, None] * layout.length + k  # (batch, length)
+    accepted = torch.where(k < verdict.accepted[:, None], chosen, -1)
+    context = torch.arange(layout.context, device=s.device).expand(batch, -1)
+    s.target.cache.keep(torch.cat([context, accepted], dim=1))
+    drafted = (candidates[:, 0] >= 0).sum(1) if layout.candidates else 0
+    return s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted)

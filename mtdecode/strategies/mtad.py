@@ -20,12 +20,13 @@ ratio use the models' untempered softmax, and step 4 takes the argmax.
 
 The draft's beams live in one KV cache as a token tree (`mtdecode.masks.tree`): each depth
 is one draft forward over the W newest beam tokens; afterwards `KVCache.keep` keeps the
-accepted path.
+accepted path. In a batch every row has its own beams (its own tree) and its own draws, and
+its own block length k (shorter near the end of its budget).
 """
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -33,9 +34,9 @@ from transformers import PreTrainedModel
 
 from mtdecode import masks
 from mtdecode.model import CausalLM, Runner
-from mtdecode.sampling import Sampler, draw
-from mtdecode.session import Session, Step
-from mtdecode.tensor_types import Float, Tensor
+from mtdecode.sampling import RowRandom, Sampler, draw
+from mtdecode.session import Session, Step, with_new_token
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,6 @@ class MTAD:
     num_draft_tokens: int = 4
     beam_width: int = 4
     threshold: float = 0.5
-    max_batch_size: int = field(default=1, init=False)
     #: MTAD does not reproduce greedy decoding or p: it accepts by likelihood
     exact: ClassVar[bool] = False
 
@@ -66,17 +66,20 @@ class MTAD:
         if not (isinstance(self.threshold, int | float) and math.isfinite(self.threshold) and self.threshold > 0):
             raise ValueError(f"threshold must be a number > 0, got {self.threshold!r}")
 
-    def decode(self, s: Session) -> Iterator[Step]:
+    def decode(self, s: Session) -> Iterator[list[Step]]:
         draft = s.draft_runner(self.draft)
-        greedy = s.sampler.temperature == 0
+        greedy = s.sampler.greedy
+        rows = torch.arange(s.batch, device=s.device)
         while not s.done:
-            k = min(self.num_draft_tokens, s.remaining - 1)  # the step adds one token of its own
-            block, log_q, path = beam_draft(s, draft, k, self.beam_width, greedy)  # step 1
+            k = s.budget(self.num_draft_tokens)  # (batch,): the step adds one token of its own
+            block, log_q, path = beam_draft(s, draft, k, self.beam_width)  # step 1
             log_p, last = score_block(s, block)  # step 2
-            n = accepted_length(log_p, log_q, self.threshold)  # step 3
-            new_token = int(last[n].argmax()) if greedy else int(draw(last[n], s.generator))  # step 4
-            ratio = float(log_p[:n].sum()) - float(log_q[:n].sum())  # log P/Q of the accepted prefix
-            yield commit(s, draft, path, block, n, new_token, log_ratio=ratio)  # step 5
+            n = accepted_length(log_p, log_q, k, self.threshold)  # step 3
+            p_next = last[rows, n]  # (batch, vocab)
+            new_token = p_next.argmax(-1) if greedy else draw(p_next, s.random, s.active)  # step 4
+            accepted = torch.arange(block.shape[1], device=s.device) < n[:, None]
+            ratio = ((log_p - log_q) * accepted).sum(1)  # log P/Q of the accepted prefix
+            yield commit(s, draft, path, block, n, new_token, k, log_ratio=ratio)  # step 5
 
 
 def judged(sampler: Sampler, logits: Float[Tensor, "*rows vocab"]) -> Float[Tensor, "*rows vocab"]:
@@ -84,97 +87,128 @@ def judged(sampler: Sampler, logits: Float[Tensor, "*rows vocab"]) -> Float[Tens
     return torch.softmax(logits.double(), dim=-1) if sampler.temperature == 0 else sampler.probs(logits.double())
 
 
-@dataclass
-class Beam:
-    """A partial block: its tokens, their per-token log q, and the draft-cache nodes of the tokens fed so far."""
-
-    tokens: list[int]
-    log_q: list[float]
-    nodes: list[int] = field(default_factory=list)
-
-    @property
-    def weight(self) -> float:
-        """log Q(tokens): the beam's joint log-likelihood under the draft."""
-        return sum(self.log_q)
-
-    def extended(self, token: int, log_q: float) -> "Beam":
-        return Beam(self.tokens + [token], self.log_q + [log_q], list(self.nodes))
-
-
 def beam_draft(
-    s: Session, draft: Runner, k: int, width: int, greedy: bool
-) -> tuple[list[int], Float[Tensor, " k"], list[int]]:
-    """Step 1: beam sampling (beam search when greedy) over the draft's joint distribution.
+    s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int
+) -> tuple[Int[Tensor, "batch k"], Float[Tensor, "batch k"], Int[Tensor, "batch k"]]:
+    """Step 1: beam sampling (beam search when greedy) over the draft's joint distribution, per row.
 
     **Returns:**
 
-    The heaviest beam's k tokens, their per-token log q, and the draft-cache nodes of its
-    first k - 1 tokens (the last token was never fed).
+    Each row's heaviest beam after k[b] tokens (padded with -1 to the widest row), their
+    per-token log q, and the draft-cache nodes of the beam's first k[b] - 1 tokens (the last
+    token was never fed; -1 pads).
     """
-    if k == 0:
-        return [], torch.zeros(0, dtype=torch.float64), []
-    q = judged(s.sampler, draft.extend(s.unread(draft), logits_to_keep=1)[-1])  # (vocab,)
+    batch, depth = s.batch, int(k.max())
+    block = torch.full((batch, depth), -1, dtype=torch.long, device=s.device)
+    block_log_q = torch.zeros(batch, depth, dtype=torch.float64, device=s.device)
+    path = torch.full((batch, depth), -1, dtype=torch.long, device=s.device)
+    if depth == 0:
+        return block, block_log_q, path
+    q = judged(s.sampler, draft.extend(s.unread(draft), logits_to_keep=1)[:, -1])  # (batch, vocab)
     draft.cache.commit()  # the unread tokens are committed tokens
-    beams = [Beam([t], [float(q[t].log())]) for t in choose(q.log(), width, greedy, s.generator)]  # depth 1
-    parents: list[int] = []  # the draft's token tree of fed beam tokens, in feeding order
-    for _ in range(1, k):
-        for beam in beams:  # feed each beam's newest token as a child of its previous node
-            parents.append(beam.nodes[-1] if beam.nodes else -1)
-            beam.nodes.append(len(parents) - 1)
-        new = len(beams)
-        mask = masks.tree(parents, draft.cache.committed, s.device)[-new:]  # (new, cache + new)
-        positions = masks.tree_positions(parents, draft.cache.committed, s.device)[-new:]  # (new,)
-        ids = torch.tensor([beam.tokens[-1] for beam in beams], device=s.device)
-        q = judged(s.sampler, draft.forward(ids, positions, mask))  # (beams, vocab)
+    picks = choose(q.log(), width, s.sampler.greedy, s.random, s.active & (k > 0))  # depth 1: (batch, W)
+    tokens = picks[:, :, None]  # (batch, W, depth so far)
+    log_q = q.log().gather(1, picks.clamp(min=0))[:, :, None].masked_fill(picks[:, :, None] < 0, -torch.inf)
+    nodes = torch.empty(batch, width, 0, dtype=torch.long, device=s.device)  # tree nodes of the fed tokens
+    parents = torch.empty(batch, 0, dtype=torch.long, device=s.device)  # the draft's token tree, in feeding order
+    for d in range(1, depth + 1):
+        done = k == d  # rows whose block ends here: keep their heaviest beam
+        best = log_q.sum(2).argmax(1)  # (batch,): the first of the heaviest
+        rows = torch.arange(batch, device=s.device)
+        block[done, :d] = tokens[rows, best][done]
+        block_log_q[done, :d] = log_q[rows, best][done]
+        path[done, : d - 1] = nodes[rows, best][done]
+        if d == depth:
+            break
+        # feed each beam's newest token as a child of its previous node
+        beams = tokens.shape[1]  # W, or fewer while W exceeds the options
+        previous = nodes[:, :, -1] if nodes.shape[2] else torch.full((batch, beams), -1, device=s.device)
+        new_nodes = parents.shape[1] + torch.arange(beams, device=s.device).expand(batch, -1)  # (batch, W)
+        parents = torch.cat([parents, previous], dim=1)
+        sees = masks.tree(parents)[:, -beams:]  # (batch, W, pending + W)
+        offsets = masks.tree_positions(parents)[:, -beams:]  # (batch, W): depth d - 1 below the committed tokens
+        q = judged(s.sampler, draft.forward(tokens[:, :, -1].clamp(min=0), offsets, sees))  # (batch, W, vocab)
         # score every (beam, token) pair by beam weight x q(token | beam); keep W pairs
-        weights = torch.tensor([beam.weight for beam in beams], dtype=torch.float64, device=s.device)
-        scores = (weights[:, None] + q.log()).reshape(-1)  # (beams * vocab,)
-        vocab = q.shape[-1]
-        picks = [divmod(i, vocab) for i in choose(scores, width, greedy, s.generator)]
-        beams = [beams[b].extended(t, float(q[b, t].log())) for b, t in picks]
-    best = max(beams, key=lambda beam: beam.weight)
-    return best.tokens, torch.tensor(best.log_q, dtype=torch.float64), best.nodes
+        scores = (log_q.sum(2)[:, :, None] + q.log()).flatten(1)  # (batch, W * vocab)
+        picks = choose(scores, width, s.sampler.greedy, s.random, s.active & (k > d))  # (batch, W)
+        beam, token = picks.clamp(min=0).div(q.shape[-1], rounding_mode="floor"), picks.clamp(min=0) % q.shape[-1]
+        beam_rows = rows[:, None]
+        token_log_q = q[beam_rows, beam, token].log().masked_fill(picks < 0, -torch.inf)
+        tokens = torch.cat([tokens[beam_rows, beam], torch.where(picks < 0, -1, token)[:, :, None]], dim=2)
+        log_q = torch.cat([log_q[beam_rows, beam], token_log_q[:, :, None]], dim=2)
+        nodes = torch.cat([nodes[beam_rows, beam], new_nodes[beam_rows, beam][:, :, None]], dim=2)
+    return block, block_log_q, path
 
 
-def choose(log_scores: Float[Tensor, " options"], width: int, greedy: bool, generator: torch.Generator) -> list[int]:
-    """W options: the best W when greedy, else W drawn without replacement with probability
-    proportional to exp(score) (normalised as p / sum p, not log_softmax of probabilities)."""
-    possible = int(torch.isfinite(log_scores).sum())
-    width = min(width, possible)
+def choose(
+    log_scores: Float[Tensor, "batch options"],
+    width: int,
+    greedy: bool,
+    random: RowRandom,
+    rows: Bool[Tensor, " batch"],
+) -> Int[Tensor, "batch width"]:
+    """W options per row: the best W when greedy, else W drawn without replacement with probability
+    proportional to exp(score) (normalised as p / sum p, not log_softmax of probabilities).
+    A row with fewer than W possible options (finite scores) gets -1 for the rest; only `rows` draw."""
+    possible = torch.isfinite(log_scores).sum(1)  # (batch,)
+    width = min(width, log_scores.shape[1])
     if greedy:
-        return log_scores.topk(width).indices.tolist()
-    weights = (log_scores - log_scores.max()).exp()
-    return torch.multinomial(weights / weights.sum(), width, replacement=False, generator=generator).tolist()
+        picks = log_scores.topk(width, dim=1).indices
+    else:
+        weights = (log_scores - log_scores.max(1, keepdim=True).values).exp().nan_to_num(0.0)  # (batch, options)
+        columns = []
+        for j in range(width):  # successive draws, each without the options already drawn
+            pick = draw(weights, random, rows & (possible > j))
+            columns.append(pick)
+            weights = weights.scatter(1, pick[:, None], 0.0)
+        picks = torch.stack(columns, dim=1)
+    return torch.where(torch.arange(width, device=picks.device) < possible[:, None], picks, -1)
 
 
-def score_block(s: Session, block: list[int]) -> tuple[Float[Tensor, " k"], Float[Tensor, "k_plus_1 vocab"]]:
-    """Step 2: one target forward over the unread tokens and the block; log p of each block token, and p_1..p_{k+1}."""
-    logits = s.target.extend(s.unread(s.target) + block, logits_to_keep=len(block) + 1)  # (k + 1, vocab)
+def score_block(
+    s: Session, block: Int[Tensor, "batch k"]
+) -> tuple[Float[Tensor, "batch k"], Float[Tensor, "batch k_plus_1 vocab"]]:
+    """Step 2: one target forward over each row's unread tokens and block; log p of each block token, and
+    p_1..p_{k+1}."""
+    fed = [row + guess for row, guess in zip(s.unread(s.target), block.clamp(min=0).tolist(), strict=True)]
+    logits = s.target.extend(fed, logits_to_keep=block.shape[1] + 1)  # (batch, k + 1, vocab)
     p = judged(s.sampler, logits)
-    index = torch.arange(len(block), device=p.device)
-    log_p = p[index, torch.tensor(block, dtype=torch.long, device=p.device)].log()  # (k,)
+    log_p = p[:, :-1].gather(2, block.clamp(min=0)[..., None])[..., 0].log()  # (batch, k)
     return log_p, p
 
 
-def accepted_length(log_p: Float[Tensor, " k"], log_q: Float[Tensor, " k"], threshold: float) -> int:
-    """Step 3: the largest n with log P(y_1..n) - log Q(y_1..n) > log tau, or 0 (the longest passing prefix)."""
-    log_ratio = (log_p.cpu() - log_q.cpu()).cumsum(0)  # (k,): prefix n is entry n - 1
-    passing = (log_ratio > math.log(threshold)).nonzero()
-    return int(passing[-1, 0]) + 1 if passing.numel() else 0
+def accepted_length(
+    log_p: Float[Tensor, "batch k"], log_q: Float[Tensor, "batch k"], k: Int[Tensor, " batch"], threshold: float
+) -> Int[Tensor, " batch"]:
+    """Step 3: per row, the largest n <= k with log P(y_1..n) - log Q(y_1..n) > log tau, or 0 (the longest
+    passing prefix)."""
+    if log_p.shape[1] == 0:
+        return torch.zeros(log_p.shape[0], dtype=torch.long, device=log_p.device)
+    log_ratio = (log_p - log_q).cumsum(1)  # (batch, k): prefix n is column n - 1
+    within = torch.arange(log_p.shape[1], device=log_p.device) < k[:, None]
+    passing = (log_ratio > math.log(threshold)) & within
+    last = log_p.shape[1] - 1 - passing.flip(1).long().argmax(1)  # the last passing column
+    return torch.where(passing.any(1), last + 1, 0)
 
 
 def commit(
-    s: Session, draft: Runner, path: list[int], block: list[int], accepted: int, new_token: int, *, log_ratio: float
-) -> Step:
+    s: Session,
+    draft: Runner,
+    path: Int[Tensor, "batch k"],
+    block: Int[Tensor, "batch k"],
+    accepted: Int[Tensor, " batch"],
+    new_token: Int[Tensor, " batch"],
+    k: Int[Tensor, " batch"],
+    *,
+    log_ratio: Float[Tensor, " batch"],
+) -> list[Step]:
     """Step 5: keep the accepted tokens' entries in both caches, commit, let the draft catch up."""
-    s.target.cache.crop(len(s.tokens) + accepted)
-    draft.cache.keep(path[:accepted])  # the accepted beam tokens the draft has read, in order
-    step = s.commit(
-        block[:accepted] + [new_token],
-        drafted=len(block),
-        accepted=accepted,
-        proposal=tuple(block),
-        log_ratio=log_ratio,
-    )
+    committed = torch.tensor([len(row) for row in s.tokens], device=s.device)
+    s.target.cache.crop(committed + accepted)
+    kept = torch.arange(path.shape[1], device=s.device) < accepted[:, None]
+    draft.cache.keep(torch.where(kept, path, -1))  # the accepted beam tokens the draft has read, in order
+    tokens, counts = with_new_token(block.clamp(min=0), accepted, new_token)
+    proposals = [row[:n] for row, n in zip(block.tolist(), k.tolist(), strict=True)]
+    steps = s.commit(tokens, counts, drafted=k, accepted=accepted, proposals=proposals, log_ratios=log_ratio)
     s.catch_up(draft)
-    return step
+    return steps

@@ -16,10 +16,13 @@ With no match the step is a plain decoding step.
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import torch
 
 from mtdecode.session import Session, Step
-from mtdecode.verification import verify_chain
+from mtdecode.tensor_types import Int, Tensor
+from mtdecode.verification import NONE, verify_chain
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,6 @@ class PromptLookup:
 
     ngram: int = 3
     num_draft_tokens: int = 10
-    max_batch_size: int = field(default=1, init=False)
 
     def __post_init__(self) -> None:
         for name in ("ngram", "num_draft_tokens"):
@@ -42,11 +44,12 @@ class PromptLookup:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
-    def decode(self, s: Session) -> Iterator[Step]:
+    def decode(self, s: Session) -> Iterator[list[Step]]:
         while not s.done:
-            k = min(self.num_draft_tokens, s.remaining - 1)  # the step adds one token of its own
-            step, _ = verify_chain(s, lookup(s.tokens, self.ngram, k))  # steps 1-2
-            yield step
+            k = s.budget(self.num_draft_tokens).tolist()  # the step adds one token of its own
+            copied = [lookup(tokens, self.ngram, k_b) for tokens, k_b in zip(s.tokens, k, strict=True)]  # step 1
+            steps, _, _ = verify_chain(s, padded(copied, s.device))  # step 2
+            yield steps
 
 
 def lookup(tokens: list[int], ngram: int, k: int) -> list[int]:
@@ -60,3 +63,11 @@ def lookup(tokens: list[int], ngram: int, k: int) -> list[int]:
             if tokens[start : start + n] == tail:
                 return tokens[start + n : start + n + k]
     return []
+
+
+def padded(rows: list[list[int]], device: torch.device) -> Int[Tensor, "batch guesses"]:
+    """Rows of guesses of different lengths as one tensor, padded with -1 (no guess)."""
+    width = max(map(len, rows), default=0)
+    return torch.tensor([row + [NONE] * (width - len(row)) for row in rows], dtype=torch.long, device=device).reshape(
+        len(rows), width
+    )

@@ -20,15 +20,15 @@ norm(max(0, p_i - q_i)) is the target's argmax.
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
 
 from mtdecode.model import CausalLM, Runner
-from mtdecode.sampling import Sampler, draw
-from mtdecode.session import Session, Step
-from mtdecode.tensor_types import Float, Tensor
+from mtdecode.sampling import draw
+from mtdecode.session import Session, Step, with_new_token
+from mtdecode.tensor_types import Float, Int, Tensor
 
 
 @dataclass(frozen=True)
@@ -44,79 +44,102 @@ class Speculative:
 
     draft: CausalLM | PreTrainedModel
     num_draft_tokens: int = 4
-    max_batch_size: int = field(default=1, init=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.num_draft_tokens, bool) or self.num_draft_tokens < 1:
             raise ValueError(f"num_draft_tokens must be an integer >= 1, got {self.num_draft_tokens!r}")
 
-    def decode(self, s: Session) -> Iterator[Step]:
+    def decode(self, s: Session) -> Iterator[list[Step]]:
         draft = s.draft_runner(self.draft)
         while not s.done:
-            k = min(self.num_draft_tokens, s.remaining - 1)  # the step adds one token of its own
-            guesses, q = draft_tokens(draft, s.unread(draft), k, s.sampler, s.generator)
-            p = verify(s.target, s.unread(s.target), guesses, s.sampler)
-            accepted = accept(guesses, p[:k], q, s.generator)
-            new_token = correct(p, q, accepted, s.generator)
-            yield commit(s, draft, guesses[:accepted] + [new_token], drafted=k, accepted=accepted)
+            k = s.budget(self.num_draft_tokens)  # (batch,): the step adds one token of its own
+            guesses, q = draft_tokens(s, draft, k)
+            p = verify(s, guesses)
+            accepted = accept(s, guesses, p, q, k)
+            new_token = correct(s, p, q, accepted, k)
+            yield commit(s, draft, guesses, accepted, new_token, k)
 
 
 def draft_tokens(
-    draft: Runner, context: list[int], k: int, sampler: Sampler, generator: torch.Generator
-) -> tuple[list[int], Float[Tensor, "k vocab"]]:
-    """Algorithm 1, lines 1-3: k guesses from q, one draft forward each; also return q_1..q_k."""
-    guesses: list[int] = []
-    q_rows = []
-    feed = context
-    for _ in range(k):
-        q_i = sampler.probs(draft.extend(feed, logits_to_keep=1)[-1])  # (vocab,)
-        feed = [int(draw(q_i, generator))]
-        guesses.append(feed[0])
+    s: Session, draft: Runner, k: Int[Tensor, " batch"]
+) -> tuple[Int[Tensor, "batch k"], Float[Tensor, "batch k vocab"]]:
+    """Algorithm 1, lines 1-3: k[b] guesses per row from q, one draft forward each; also q_1..q_k.
+
+    Every row feeds the widest row's number of tokens; a row with fewer guesses draws none
+    past its own (its later columns are never used).
+    """
+    guesses, q_rows = [], []
+    feed = s.unread(draft)  # ragged at first (prompts), then each row's x0
+    for i in range(int(k.max())):
+        q_i = s.sampler.probs(draft.extend(feed, logits_to_keep=1)[:, -1])  # (batch, vocab)
+        d_i = draw(q_i, s.random, rows=s.active & (k > i))  # (batch,)
+        feed = d_i[:, None]
+        guesses.append(d_i)
         q_rows.append(q_i)
-    if not q_rows:
-        return guesses, torch.empty(0, draft.model.vocab_size, dtype=draft.model.dtype, device=draft.model.device)
-    return guesses, torch.stack(q_rows)
+    if not guesses:
+        vocab = draft.model.vocab_size
+        empty = torch.empty(s.batch, 0, dtype=torch.long, device=s.device)
+        return empty, torch.empty(s.batch, 0, vocab, dtype=draft.model.dtype, device=s.device)
+    return torch.stack(guesses, dim=1), torch.stack(q_rows, dim=1)
 
 
-def verify(target: Runner, context: list[int], guesses: list[int], sampler: Sampler) -> Float[Tensor, "k_plus_1 vocab"]:
-    """Algorithm 1, line 4: p_1..p_{k+1} from one target forward over the unread context and d_1..d_k.
+def verify(s: Session, guesses: Int[Tensor, "batch k"]) -> Float[Tensor, "batch k_plus_1 vocab"]:
+    """Algorithm 1, line 4: p_1..p_{k+1} from one target forward over each row's unread context and d_1..d_k.
 
     On the first step the context is the whole prompt: the prefill and the first verification share one forward.
     """
-    return sampler.probs(target.extend(context + guesses, logits_to_keep=len(guesses) + 1))
+    fed = [row + guess for row, guess in zip(s.unread(s.target), guesses.tolist(), strict=True)]
+    return s.sampler.probs(s.target.extend(fed, logits_to_keep=guesses.shape[1] + 1))
 
 
 def accept(
-    guesses: list[int], p: Float[Tensor, "k vocab"], q: Float[Tensor, "k vocab"], generator: torch.Generator
-) -> int:
-    """Algorithm 1, lines 5-6: keep d_i with probability min(1, p_i(d_i)/q_i(d_i)); return how many were kept."""
-    if not guesses:
-        return 0
-    index = torch.arange(len(guesses), device=p.device)
-    tokens = torch.tensor(guesses, device=p.device)
-    ratio = p[index, tokens] / q[index, tokens]  # q_i(d_i) > 0: d_i was drawn from q_i
-    r = torch.rand(len(guesses), generator=generator, dtype=p.dtype, device=p.device)
-    rejected = (r >= ratio).nonzero()
-    return int(rejected[0, 0]) if rejected.numel() else len(guesses)
+    s: Session,
+    guesses: Int[Tensor, "batch k"],
+    p: Float[Tensor, "batch k_plus_1 vocab"],
+    q: Float[Tensor, "batch k vocab"],
+    k: Int[Tensor, " batch"],
+) -> Int[Tensor, " batch"]:
+    """Algorithm 1, lines 5-6: keep d_i with probability min(1, p_i(d_i)/q_i(d_i)); return how many each row kept."""
+    width = guesses.shape[1]
+    p_d = p[:, :width].gather(2, guesses[..., None])[..., 0]  # (batch, k): p_i(d_i)
+    q_d = q.gather(2, guesses[..., None])[..., 0]  # q_i(d_i) > 0 where d_i was drawn from q_i
+    r = s.random.uniform(torch.where(s.active, k, 0))[:, :width].to(p.device)  # (batch, k)
+    rejected = (r >= p_d / q_d) | (torch.arange(width, device=p.device) >= k[:, None])  # a row's own guesses only
+    first = rejected.long().argmax(1) if width else torch.zeros_like(k)
+    return torch.where(rejected.any(1), first, width)  # the first rejection, else all
 
 
 def correct(
-    p: Float[Tensor, "k_plus_1 vocab"], q: Float[Tensor, "k vocab"], accepted: int, generator: torch.Generator
-) -> int:
+    s: Session,
+    p: Float[Tensor, "batch k_plus_1 vocab"],
+    q: Float[Tensor, "batch k vocab"],
+    accepted: Int[Tensor, " batch"],
+    k: Int[Tensor, " batch"],
+) -> Int[Tensor, " batch"]:
     """Algorithm 1, lines 7-10: after a rejection, draw from norm(max(0, p - q)); else a bonus token from p."""
-    if accepted == q.shape[0]:
-        return int(draw(p[accepted], generator))
-    residual = (p[accepted] - q[accepted]).clamp(min=0)
-    if residual.sum() <= 0:  # p equals q up to rounding: a rejection had probability 0, so p is the answer
-        return int(draw(p[accepted], generator))
-    return int(draw(residual / residual.sum(), generator))
+    rows = torch.arange(s.batch, device=p.device)
+    p_n = p[rows, accepted]  # (batch, vocab)
+    q_n = q[rows, accepted.clamp(max=max(q.shape[1] - 1, 0))] if q.shape[1] else torch.zeros_like(p_n)
+    residual = (p_n - q_n).clamp(min=0)
+    # p equals q up to rounding, or every guess was kept: a rejection had probability 0, so p is the answer
+    from_p = (accepted == k) | (residual.sum(-1) <= 0)
+    return draw(torch.where(from_p[:, None], p_n, residual), s.random, rows=s.active)
 
 
-def commit(s: Session, draft: Runner, tokens: list[int], *, drafted: int, accepted: int) -> Step:
+def commit(
+    s: Session,
+    draft: Runner,
+    guesses: Int[Tensor, "batch k"],
+    accepted: Int[Tensor, " batch"],
+    new_token: Int[Tensor, " batch"],
+    k: Int[Tensor, " batch"],
+) -> list[Step]:
     """Line 11: output the accepted guesses and the new token; roll both caches back to them."""
-    keep = len(s.tokens) + accepted  # cache entries to keep: the committed tokens, plus the accepted guesses
+    committed = torch.tensor([len(row) for row in s.tokens], device=s.device)
+    keep = committed + accepted  # cache entries to keep: the committed tokens, plus the accepted guesses
     s.target.cache.crop(keep)
-    draft.cache.crop(min(keep, draft.cache.length))
-    step = s.commit(tokens, drafted=drafted, accepted=accepted)
+    draft.cache.crop(torch.minimum(keep, draft.cache.held))
+    tokens, counts = with_new_token(guesses, accepted, new_token)
+    steps = s.commit(tokens, counts, drafted=k, accepted=accepted)
     s.catch_up(draft)  # if every guess was accepted, the draft has not read the last one yet
-    return step
+    return steps

@@ -3,8 +3,8 @@ exactly as `Autoregressive` sampling with the same Sampler.
 
 `exact_joint` enumerates that distribution over all V^n blocks of the next n tokens (one
 batched forward per level, so it is exact and cheap for a tiny vocabulary).
-`sample_counts` runs the strategy many times with seeds 0, 1, 2, ... and counts the
-blocks. `check_distribution` compares the two with `chi_square_test` at a stated
+`sample_counts` runs the strategy many times with seeds 0, 1, 2, ... (as the rows of a few
+batched calls) and counts the blocks. `check_distribution` compares the two with `chi_square_test` at a stated
 false-alarm rate.
 """
 
@@ -30,8 +30,16 @@ def exact_joint(model, prompt: Sequence[int], n: int, sampler: Sampler) -> Float
     return token_by_token_joint(model, prompt, n, sampler)
 
 
-def sampled_run(model, prompt: Sequence[int], strategy: DecodingStrategy, n: int, sampler: Sampler, seed: int):
-    """One seeded `generate` call of n tokens with the Sampler's settings; returns its `GenerationResult`."""
+def sampled_run(
+    model,
+    prompt: Sequence[int] | Sequence[Sequence[int]],
+    strategy: DecodingStrategy,
+    n: int,
+    sampler: Sampler,
+    seed: int,
+):
+    """One seeded `generate` call of n tokens with the Sampler's settings (one prompt, or a batch: row b is
+    seeded `seed + b`); returns its `GenerationResult`."""
     return generate(
         model,
         list(prompt),
@@ -44,12 +52,6 @@ def sampled_run(model, prompt: Sequence[int], strategy: DecodingStrategy, n: int
     )
 
 
-def block_cell(tokens: Int[Tensor, " n"], vocab: int) -> int:
-    """The cell of block (x_1, ..., x_n): x_1 V^(n-1) + ... + x_n."""
-    weights = vocab ** torch.arange(tokens.numel() - 1, -1, -1)
-    return int((tokens.cpu() * weights).sum())
-
-
 def sample_counts(
     model,
     prompt: Sequence[int],
@@ -59,14 +61,27 @@ def sample_counts(
     sampler: Sampler,
     *,
     first_seed: int = 0,
+    batch: int = 5_000,
 ) -> Int[Tensor, " cells"]:
-    """Run `strategy` `samples` times (seeds first_seed, first_seed + 1, ...) for n tokens; count each block."""
+    """Run `strategy` `samples` times (seeds first_seed, first_seed + 1, ...) for n tokens; count each block.
+
+    The runs are the rows of batched calls of up to `batch` rows: row b of a call seeded s draws
+    exactly what a single run seeded s + b draws, so these are the same trials as `samples`
+    separate calls, made in a fraction of the time.
+    """
     vocab = CausalLM.wrap(model).vocab_size
     counts = torch.zeros(vocab**n, dtype=torch.long)
-    for i in range(samples):
-        result = sampled_run(model, prompt, strategy, n, sampler, seed=first_seed + i)
-        counts[block_cell(result.tokens[0], vocab)] += 1
+    for start in range(0, samples, batch):
+        rows = min(batch, samples - start)
+        result = sampled_run(model, [list(prompt)] * rows, strategy, n, sampler, seed=first_seed + start)
+        counts += torch.bincount(block_cells(result.tokens, vocab), minlength=vocab**n)
     return counts
+
+
+def block_cells(tokens: Int[Tensor, "runs n"], vocab: int) -> Int[Tensor, " runs"]:
+    """The cell of each run's block (x_1, ..., x_n): x_1 V^(n-1) + ... + x_n."""
+    weights = vocab ** torch.arange(tokens.shape[1] - 1, -1, -1)
+    return (tokens.cpu() * weights).sum(1)
 
 
 def check_distribution(

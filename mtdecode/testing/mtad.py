@@ -22,7 +22,7 @@ from mtdecode.model import CausalLM
 from mtdecode.sampling import Sampler
 from mtdecode.strategies.mtad import judged
 from mtdecode.tensor_types import Float, Tensor
-from mtdecode.testing.distribution import block_cell, sampled_run
+from mtdecode.testing.distribution import block_cells, sampled_run
 from mtdecode.testing.tolerance import rounding_tolerance
 
 
@@ -37,44 +37,75 @@ def prefix_log_ratios(
     most twice as far as its logits (log p_i = l_i - logsumexp(l), and logsumexp is 1-Lipschitz in the
     largest component), divided by the temperature; a prefix of n tokens adds n such terms per model.
     """
-    ids = torch.tensor([list(context) + list(block)])
-    rows = torch.arange(len(context) - 1, len(context) + len(block) - 1)  # the rows that predict the block
-    tokens = torch.tensor(list(block))
-    logs, slack = [], 0.0
+    ratios, ties = batched_log_ratios(target, draft, [(list(context), list(block))], sampler)[0]
+    return ratios, ties
+
+
+def batched_log_ratios(
+    target, draft, pairs: list[tuple[list[int], list[int]]], sampler: Sampler
+) -> list[tuple[Float[Tensor, " k"], Float[Tensor, " k"]]]:
+    """`prefix_log_ratios` for many (context, block) pairs: one forward per model for each group of pairs
+    with the same context and block lengths."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (context, block) in enumerate(pairs):
+        groups.setdefault((len(context), len(block)), []).append(i)
     temperature = sampler.temperature or 1.0  # at temperature 0 both models are judged by the plain softmax
-    for model in (target, draft):
-        hf = CausalLM.wrap(model).hf
-        with torch.no_grad():
-            logits = hf(ids.to(hf.device)).logits[0, rows.to(hf.device)].cpu()  # (k, vocab)
-        logs.append(judged(sampler, logits)[torch.arange(len(block)), tokens].log())
-        slack += 2 * rounding_tolerance(model, logits, keys=ids.shape[1]) / temperature
-    prefix = torch.arange(1, len(block) + 1, dtype=torch.float64)
-    return (logs[0] - logs[1]).cumsum(0), slack * prefix
+    out: list = [None] * len(pairs)
+    for (width, k), members in groups.items():
+        ids = torch.tensor([pairs[i][0] + pairs[i][1] for i in members])  # (group, width + k)
+        rows = torch.arange(width - 1, width + k - 1)  # the rows that predict the block
+        tokens = ids[:, width:]  # (group, k)
+        logs, slack = [], torch.zeros(len(members), dtype=torch.float64)
+        for model in (target, draft):
+            hf = CausalLM.wrap(model).hf
+            with torch.no_grad():
+                logits = hf(ids.to(hf.device)).logits[:, rows.to(hf.device)].cpu()  # (group, k, vocab)
+            logs.append(judged(sampler, logits).gather(2, tokens[..., None])[..., 0].log())
+            for j in range(len(members)):
+                slack[j] += 2 * rounding_tolerance(model, logits[j], keys=ids.shape[1]) / temperature
+        prefix = torch.arange(1, k + 1, dtype=torch.float64)
+        ratios = (logs[0] - logs[1]).cumsum(1)
+        for j, i in enumerate(members):
+            out[i] = (ratios[j], slack[j] * prefix)
+    return out
 
 
 def check_threshold_rule(
-    target, draft, prompt: Sequence[int], result: GenerationResult, threshold: float, sampler: Sampler
+    target,
+    draft,
+    prompts: Sequence[int] | Sequence[Sequence[int]],
+    result: GenerationResult,
+    threshold: float,
+    sampler: Sampler,
 ) -> None:
-    """Assert, for every step of `result`, that the accepted prefix passes the joint rule and no longer one does.
+    """Assert, for every step of every row of `result`, that the accepted prefix passes the joint rule and no
+    longer one does. `prompts` is the prompt (one row) or one prompt per row.
 
-    **Raises:** `AssertionError` naming the step and the offending prefix.
+    **Raises:** `AssertionError` naming the row, the step and the offending prefix.
     """
     log_tau = math.log(threshold)
-    context = list(prompt)
-    for i, step in enumerate(result.steps):
-        block, n = list(step.proposal), step.accepted
-        if block:
-            ratios, ties = (t.tolist() for t in prefix_log_ratios(target, draft, context, block, sampler))
-            if n > 0 and ratios[n - 1] <= log_tau - ties[n - 1]:
-                raise AssertionError(f"step {i}: accepted {n} tokens but log P/Q = {ratios[n - 1]:.4f} <= log tau")
-            cut = len(step.tokens) < n + 1  # EOS or the budget ended the step early
-            for m in range(n + 1, len(block) + 1):
-                if not cut and ratios[m - 1] > log_tau + ties[m - 1]:
-                    raise AssertionError(
-                        f"step {i}: accepted {n} tokens but the longer prefix of {m} passes "
-                        f"(log P/Q = {ratios[m - 1]:.4f} > log tau = {log_tau:.4f})"
-                    )
-        context += list(step.tokens)
+    rows = [list(prompts)] if prompts and isinstance(prompts[0], int) else [list(p) for p in prompts]
+    contexts = [list(p) for p in rows]
+    taken = [0] * len(rows)  # steps seen per row
+    checked, pairs = [], []
+    for step in result.steps:
+        if step.proposal:
+            checked.append((step, taken[step.row]))
+            pairs.append((list(contexts[step.row]), list(step.proposal)))
+        contexts[step.row] += list(step.tokens)
+        taken[step.row] += 1
+    for (step, i), (ratios, ties) in zip(checked, batched_log_ratios(target, draft, pairs, sampler), strict=True):
+        ratios, ties, n = ratios.tolist(), ties.tolist(), step.accepted
+        where = f"row {step.row}, step {i}"
+        if n > 0 and ratios[n - 1] <= log_tau - ties[n - 1]:
+            raise AssertionError(f"{where}: accepted {n} tokens but log P/Q = {ratios[n - 1]:.4f} <= log tau")
+        cut = len(step.tokens) < n + 1  # EOS or the budget ended the step early
+        for m in range(n + 1, len(step.proposal) + 1):
+            if not cut and ratios[m - 1] > log_tau + ties[m - 1]:
+                raise AssertionError(
+                    f"{where}: accepted {n} tokens but the longer prefix of {m} passes "
+                    f"(log P/Q = {ratios[m - 1]:.4f} > log tau = {log_tau:.4f})"
+                )
 
 
 @dataclass(frozen=True)
@@ -118,6 +149,7 @@ def check_bounded_error(
     sampler: Sampler,
     samples: int = 20_000,
     false_alarm: float = 1e-3,
+    batch: int = 5_000,
 ) -> BoundCheck:
     """Compare MTAD's first k tokens with exact MTJD at the sampler's temperature (docs/strategies/mtad.md).
 
@@ -143,11 +175,15 @@ def check_bounded_error(
     cells = vocab**k
     counts = torch.zeros(cells, dtype=torch.float64)
     accepted_runs = 0
-    for seed in range(samples):
-        result = sampled_run(target, prompt, strategy, k, sampler, seed)
-        check_threshold_rule(target, draft, prompt, result, strategy.threshold, sampler)  # every step, every run
-        counts[block_cell(result.tokens[0], vocab)] += 1
-        accepted_runs += any(n > 0 for n in result.stats.accepted_lengths)
+    for start in range(0, samples, batch):  # the runs are the rows of batched calls (row b: seed start + b)
+        rows = min(batch, samples - start)
+        result = sampled_run(target, [list(prompt)] * rows, strategy, k, sampler, seed=start)
+        check_threshold_rule(target, draft, [list(prompt)] * rows, result, strategy.threshold, sampler)  # every step
+        counts += torch.bincount(block_cells(result.tokens, vocab), minlength=cells).double()
+        accepted = torch.zeros(rows, dtype=torch.bool)
+        for step in result.steps:
+            accepted[step.row] |= step.accepted > 0
+        accepted_runs += int(accepted.sum())
     exact = oracle.mtjd(target, prompt, k, sampler.temperature)
     token_by_token = oracle.token_by_token_joint(target, prompt, k, sampler)
     deviation = math.sqrt(math.log(2 / false_alarm) / (2 * samples))

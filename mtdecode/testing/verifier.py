@@ -12,11 +12,12 @@ counts of the 216 three-token blocks are compared with the source's exact joint 
 distribution fails with probability `false_alarm`.
 """
 
+import functools
 from collections.abc import Callable
 
 import torch
 
-from mtdecode.sampling import draw
+from mtdecode.sampling import RowRandom, draw
 from mtdecode.tensor_types import Float, Tensor
 from mtdecode.testing.stats import GoodnessOfFit, chi_square_test
 
@@ -25,6 +26,7 @@ BLOCK = 3
 CANDIDATES = ((2, 4), (2, 1), (5, 0))
 
 
+@functools.cache
 def source(prefix: tuple[int, ...]) -> Float[Tensor, " vocab"]:
     """p(next token | prefix) of the made-up source: a softmax of seeded Gaussian scores."""
     seed = hash(prefix) % (2**31)
@@ -45,16 +47,20 @@ def check_one_hot_verifier(
     verify: Callable, *, samples: int = 20_000, false_alarm: float = 1e-3, seed: int = 0
 ) -> GoodnessOfFit:
     """Chi-square test of `verify` (same signature as `mtdecode.verification.verify_candidates`)
-    against the source's exact distribution of the first 3 tokens."""
-    candidates = torch.tensor(CANDIDATES)
-    first = source(())
+    against the source's exact distribution of the first 3 tokens.
+
+    The trials are the rows of one batch, each with its own random stream (seeds seed, seed + 1, ...).
+    """
+    candidates = torch.tensor(CANDIDATES).expand(samples, -1, -1)  # (trials, candidate, length)
+    first = source(()).expand(samples, -1)
     after = torch.stack([torch.stack([source(tuple(c[: k + 1])) for k in range(len(c))]) for c in CANDIDATES])
-    generator = torch.Generator().manual_seed(seed)
-    counts = torch.zeros(VOCAB**BLOCK, dtype=torch.long)
-    for _ in range(samples):
-        tokens = list(verify(first, after, candidates, generator).tokens)
-        while len(tokens) < BLOCK:  # continue token by token from the source
-            tokens.append(int(draw(source(tuple(tokens)), generator)))
-        a, b, c = tokens[:BLOCK]
-        counts[a * VOCAB**2 + b * VOCAB + c] += 1
-    return chi_square_test(counts, exact_blocks(), false_alarm=false_alarm)
+    random = RowRandom(range(seed, seed + samples))
+    verdict = verify(first, after.expand(samples, -1, -1, -1), candidates, random)
+    blocks = [row[: n + 1] for row, n in zip(verdict.tokens.tolist(), verdict.accepted.tolist(), strict=True)]
+    for position in range(BLOCK):  # continue token by token from the source
+        short = torch.tensor([len(block) <= position for block in blocks])
+        p = torch.stack([source(tuple(block[:position])) for block in blocks])  # (trials, vocab)
+        drawn = draw(p, random, rows=short).tolist()
+        blocks = [block + [x] if len(block) <= position else block for block, x in zip(blocks, drawn, strict=True)]
+    cells = torch.tensor([a * VOCAB**2 + b * VOCAB + c for a, b, c, *_ in blocks])
+    return chi_square_test(torch.bincount(cells, minlength=VOCAB**BLOCK), exact_blocks(), false_alarm=false_alarm)

@@ -1,0 +1,202 @@
+"""Batched decoding: every row of a batch is decoded exactly as its prompt alone.
+
+- Row parity (float64, tiny Llama, Qwen2 and Mistral models): every row of a batched greedy run
+  equals greedy decoding of the same prompt alone, for every exact strategy; MTAD's rows equal
+  MTAD alone. Hypothesis draws the batches: prompts of different lengths, EOS in some rows,
+  budgets, batch sizes 1, 2, 3 and 17.
+- Rows never influence each other: sampled row b of a batch seeded s equals its prompt alone
+  seeded s + b, token for token and step for step.
+- Rows are independent in law: a chi-square test of the joint law of two rows against the
+  product of their exact marginals, at a false-alarm rate of 1e-3, which a batch whose rows
+  share their random numbers fails.
+"""
+
+import functools
+import importlib
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mtdecode import Sampler, generate
+from mtdecode.strategies import MTAD, Autoregressive, Jacobi, Lookahead, PromptLookup, Speculative
+from mtdecode.testing import greedy_tokens, tiny_model
+from mtdecode.testing.distribution import block_cells, exact_joint
+from mtdecode.testing.models import perturbed
+from mtdecode.testing.stats import chi_square_test
+
+VOCAB = 16  # small, so that greedy text repeats and guesses are accepted
+FAMILIES = ["llama", "qwen2", "mistral"]
+BATCH_SIZES = [1, 2, 3, 17]
+PAD = VOCAB - 1
+
+
+@functools.cache
+def target(family: str):
+    return tiny_model(family, vocab_size=VOCAB, seed=3)
+
+
+@functools.cache
+def draft(family: str):
+    return perturbed(target(family), 0.3, seed=1)
+
+
+STRATEGIES = {
+    "autoregressive": lambda f: Autoregressive(),
+    "speculative": lambda f: Speculative(draft(f), 3),
+    "jacobi": lambda f: Jacobi(4),
+    "prompt_lookup": lambda f: PromptLookup(2, 5),
+    "lookahead": lambda f: Lookahead(3, 3, 3, prompt_pool=True),
+    "mtad": lambda f: MTAD(draft(f), 3, 2, 0.5),
+}
+
+
+@st.composite
+def batches(draw):
+    """A batch of prompts of different lengths, a budget, and an EOS token from some row's greedy text."""
+    size = draw(st.sampled_from(BATCH_SIZES))
+    prompts = [draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=10)) for _ in range(size)]
+    budget = draw(st.integers(1, 20))
+    eos_from = draw(st.none() | st.tuples(st.integers(0, size - 1), st.integers(0, 19)))
+    return prompts, budget, eos_from
+
+
+def eos_token(family, prompts, eos_from):
+    """A token that row r's greedy text contains at index i, so that row stops early (others maybe not)."""
+    if eos_from is None:
+        return None
+    row, index = eos_from
+    return greedy_tokens(target(family), prompts[row], 20)[index]
+
+
+def assert_rows_add_up(result, batch: int, eos, budget: int):
+    """Each row's steps add up to its tokens; padding follows its end; its stats count its own steps."""
+    for b in range(batch):
+        row = result.row(b)
+        assert [t for step in result.steps_of(b) for t in step.tokens] == row
+        assert len(row) == budget or (eos is not None and row[-1] == eos)
+        assert result.tokens[b, len(row) :].eq(PAD).all()
+    assert result.stats.row_forwards == len(result.steps)
+    assert result.stats.new_tokens == int(result.lengths.sum())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", STRATEGIES)
+@given(batch=batches())
+def test_every_row_of_a_greedy_batch_equals_its_prompt_alone(family, name, batch):
+    prompts, budget, eos_from = batch
+    eos = eos_token(family, prompts, eos_from)
+    strategy = STRATEGIES[name](family)
+    settings_ = dict(max_new_tokens=budget, eos_token_id=eos, pad_token_id=PAD, seed=0)
+    result = generate(target(family), prompts, strategy, **settings_)
+    for b, prompt in enumerate(prompts):
+        if getattr(strategy, "exact", True):
+            expected = greedy_tokens(target(family), prompt, budget, eos)
+        else:  # MTAD is not greedy decoding, but a row must still decode as its prompt alone
+            expected = generate(target(family), prompt, strategy, **{**settings_, "seed": b}).row(0)
+        assert result.row(b) == expected, f"row {b} of {len(prompts)} differs from its prompt alone"
+    assert_rows_add_up(result, len(prompts), eos, budget)
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+@settings(max_examples=10)
+@given(batch=batches(), seed=st.integers(0, 2**40))
+def test_a_sampled_row_equals_its_prompt_alone_with_its_seed(name, batch, seed):
+    """Row b of a batch seeded s draws exactly what its prompt alone seeded s + b draws: no row's tokens
+    or steps depend on the other rows."""
+    prompts, budget, eos_from = batch
+    eos = eos_token("llama", prompts, eos_from)
+    strategy = STRATEGIES[name]("llama")
+    sampling = dict(max_new_tokens=budget, eos_token_id=eos, pad_token_id=PAD, temperature=0.9, top_k=12)
+    result = generate(target("llama"), prompts, strategy, seed=seed, **sampling)
+    for b, prompt in enumerate(prompts):
+        alone = generate(target("llama"), prompt, strategy, seed=seed + b, **sampling)
+        assert result.row(b) == alone.row(0)
+        ours = [(s.tokens, s.drafted, s.accepted) for s in result.steps_of(b)]
+        assert ours == [(s.tokens, s.drafted, s.accepted) for s in alone.steps]
+
+
+def test_rows_end_at_their_own_eos_and_budget_in_the_middle_of_a_step():
+    """Non-vacuity: with a draft that is the target itself every guess is accepted, so a row's EOS falls
+    inside an accepted block and cuts the step there, while the other rows go on to the budget."""
+    family = "llama"
+    prompts = [[1, 2, 3], [4], [5, 6, 7, 8, 9]]
+    eos = greedy_tokens(target(family), prompts[0], 20)[5]
+    result = generate(
+        target(family), prompts, Speculative(target(family), 4), max_new_tokens=20, eos_token_id=eos, pad_token_id=PAD
+    )
+    lengths = result.lengths.tolist()
+    assert lengths[0] == 6 and len(set(lengths)) > 1
+    last = result.steps_of(0)[-1]
+    assert last.tokens[-1] == eos and last.drafted == 4 and len(last.tokens) < 5  # cut inside the step
+    for b, prompt in enumerate(prompts):
+        assert result.row(b) == greedy_tokens(target(family), prompt, 20, eos)
+    # a finished row is a masked slot: it no longer counts as decoded, and its tokens stop
+    assert (
+        result.stats.row_forwards == sum(len(result.steps_of(b)) for b in range(3)) < 3 * result.stats.target_forwards
+    )
+
+
+def test_stats_count_every_row():
+    prompts = [[1, 2], [3], [4, 5, 6]]
+    result = generate(target("llama"), prompts, Autoregressive(), max_new_tokens=7)
+    stats = result.stats
+    assert (stats.new_tokens, stats.target_forwards, stats.row_forwards) == (21, 7, 21)
+    assert stats.tokens_per_forward == 1.0
+    assert result.tokens.shape == (3, 7) and result.lengths.tolist() == [7, 7, 7]
+
+
+def test_a_tensor_of_prompts_is_a_batch():
+    prompts = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    a = generate(target("llama"), prompts, Jacobi(3), max_new_tokens=6, seed=0)
+    b = generate(target("llama"), prompts.tolist(), Jacobi(3), max_new_tokens=6, seed=0)
+    assert torch.equal(a.tokens, b.tokens)
+
+
+# ---- independence in law
+
+PAIRS = 20_000
+FALSE_ALARM = 1e-3
+SMALL = 4  # vocabulary of the independence test: two rows of 2 tokens make 256 joint cells
+PROMPTS = ([1, 2, 3, 1, 2], [3, 0, 1])
+
+
+@functools.cache
+def small_pair():
+    model = tiny_model("llama", vocab_size=SMALL, seed=1, layers=1, hidden=16)
+    return model, perturbed(model, 0.3, seed=2)
+
+
+def joint_of_two_rows(strategy, sampler: Sampler):
+    """Chi-square test of (row 2i's first 2 tokens, row 2i+1's) over PAIRS pairs of one batch against the
+    product of the two prompts' exact laws (`exact_joint`, by enumeration)."""
+    model, _ = small_pair()
+    prompts = [list(PROMPTS[b % 2]) for b in range(2 * PAIRS)]
+    sampling = dict(temperature=sampler.temperature, top_k=sampler.top_k, top_p=sampler.top_p)
+    result = generate(model, prompts, strategy, max_new_tokens=2, seed=0, **sampling)
+    cells = block_cells(result.tokens, SMALL)  # (rows,): 16 cells per row
+    joint = cells[0::2] * SMALL**2 + cells[1::2]  # (pairs,): 256 cells
+    product = torch.outer(*(exact_joint(model, p, 2, sampler) for p in PROMPTS)).flatten()
+    return chi_square_test(torch.bincount(joint, minlength=SMALL**4), product, false_alarm=FALSE_ALARM)
+
+
+INDEPENDENCE = {
+    "speculative": lambda: Speculative(small_pair()[1], 1),
+    "lookahead": lambda: Lookahead(2, 2, 2, prompt_pool=True),
+}
+
+
+@pytest.mark.parametrize("name", INDEPENDENCE)
+def test_two_rows_of_a_batch_are_independent(name):
+    result = joint_of_two_rows(INDEPENDENCE[name](), Sampler(temperature=1.0))
+    assert result.passed, str(result)
+
+
+def test_the_independence_test_catches_rows_that_share_their_random_numbers(monkeypatch):
+    """Mutant: rows 2i and 2i+1 get the same seed, so they draw the same numbers (a batch that seeds
+    every row alike makes this mistake); their tokens become dependent and the test fails."""
+    module = importlib.import_module("mtdecode.generate")  # the module, not the function of the same name
+    monkeypatch.setattr(module, "_seeds", lambda seed, batch: [b // 2 for b in range(batch)])
+    result = joint_of_two_rows(INDEPENDENCE["speculative"](), Sampler(temperature=1.0))
+    assert not result.passed, f"rows sharing their random numbers went unnoticed: {result}"
