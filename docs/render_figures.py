@@ -78,6 +78,12 @@ def render_jacobi() -> None:
     figures.chain(["x0", "g1", "g2", "g3"], PROMPT, "Jacobi / prompt lookup: x0 and 3 guesses").plot(OUT / "jacobi.png")
 
 
+def render_batch() -> None:
+    # speculative verification of x0 and 2 guesses over a batch of rows holding 5, 3 and 4 tokens:
+    # `mtdecode masks batch --draft-tokens 2`
+    figures.plot_batch(figures.batch_mask(2), OUT / "batch.png")
+
+
 def main() -> None:
     import matplotlib
 
@@ -86,7 +92,7 @@ def main() -> None:
 
     OUT.mkdir(exist_ok=True)
     renders = (render_causal, render_branches, render_tree, render_speculative, render_sliding_window, render_lookahead)
-    for render in (*renders, render_jacobi):
+    for render in (*renders, render_jacobi, render_batch):
         render()
         plt.close("all")
     for path in sorted(OUT.glob("*.png")):

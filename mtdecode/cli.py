@@ -3,6 +3,7 @@
     mtdecode generate --strategy lookahead --prompt "Why is the sky blue?" [--set window=5 ...]
     mtdecode bench [--quick] [--json FILE] [--plot FILE.png]
     mtdecode masks lookahead --window 4 --ngram 3 --guesses 2 --out mask.png
+    mtdecode masks batch --draft-tokens 2 --out batch.png     # one panel per row of a batch
 
 Strategies come from `mtdecode.strategies.REGISTRY`, and their settings from the fields of
 their dataclasses, so a strategy added to the registry shows up here with nothing else to
@@ -276,6 +277,15 @@ def masks(args: argparse.Namespace) -> int:
 
     check_output(args.out, "--out")
     prefix = figures.prefix_names(args.prefix)
+    if args.kind == "batch":  # one panel per row: rows that hold different numbers of cached tokens
+        import matplotlib
+
+        matplotlib.use("Agg")
+        panels = figures.batch_mask(args.draft_tokens)
+        figures.plot_batch(panels, args.out)
+        shape = (len(panels), *panels[0].mask.shape)
+        print(f"speculative verification over a batch of {len(panels)} rows: {shape} masks written to {args.out}")
+        return 0
     try:
         if args.kind == "lookahead":
             figure = figures.lookahead_mask(args.window, args.ngram, args.guesses, prefix)
@@ -348,13 +358,13 @@ def build_parser() -> Parser:
     b.set_defaults(run=bench)
 
     m = commands.add_parser("masks", help="draw the attention mask a strategy builds")
-    m.add_argument("kind", choices=("lookahead", "speculative", "tree", "causal"))
+    m.add_argument("kind", choices=("lookahead", "speculative", "tree", "causal", "batch"))
     m.add_argument("--out", required=True, help="picture file (.png, .svg, ...)")
     m.add_argument("--prefix", type=at_least_zero, default=2, help="committed tokens already in the cache")
     m.add_argument("--window", type=positive, default=4, help="lookahead: W, the window's columns")
     m.add_argument("--ngram", type=positive, default=3, help="lookahead: N, the n-gram size (N-1 window rows)")
     m.add_argument("--guesses", type=at_least_zero, default=2, help="lookahead: G, candidate n-grams verified")
-    m.add_argument("--draft-tokens", type=positive, default=4, help="speculative: k, the draft's guesses")
+    m.add_argument("--draft-tokens", type=positive, default=4, help="speculative, batch: k, the draft's guesses")
     m.add_argument(
         "--parents", default="-1,0,0,1,-1", help="tree: each node's parent, -1 for the prefix (--parents=-1,0)"
     )

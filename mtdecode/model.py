@@ -243,23 +243,11 @@ class Runner:
     def _mask(
         self, sees: Bool[Tensor, "batch new seen"], real: Bool[Tensor, "batch new"], num_new: int
     ) -> Bool[Tensor, "batch new key"]:
-        """The full mask of one forward: each row's committed entries, then `sees` over the pending and new
-        columns, with holes and padding hidden; every token sees itself (padding too, so no row is empty)."""
-        batch = real.shape[0]
+        """The full mask of one forward (`mtdecode.masks.place`): each row's committed entries, then `sees`
+        over the pending and new columns, holes and padding hidden."""
         cache = self.cache
-        if cache.valid is None:
-            old = torch.zeros(batch, 0, dtype=torch.bool, device=real.device)
-        else:
-            old = cache.valid  # (batch, columns): committed entries, and pending ones that are not padding
-        if sees.shape[-1] != cache.pending + num_new:
-            raise ValueError(
-                f"sees covers {sees.shape[-1]} columns; expected pending + new = {cache.pending} + {num_new}"
-            )
-        visible = torch.cat([old, real], dim=1)[:, None, :]  # (batch, 1, columns + new)
-        committed = torch.ones(batch, num_new, cache.committed, dtype=torch.bool, device=real.device)
-        mask = torch.cat([committed, sees], dim=2) & visible  # (batch, new, columns + new)
-        mask[:, :, cache.columns :] |= torch.eye(num_new, dtype=torch.bool, device=real.device)
-        return mask
+        valid = cache.valid if cache.valid is not None else real[:, :0]
+        return masks.place(sees, valid, cache.committed, real)
 
 
 def left_pad(

@@ -245,3 +245,10 @@ def test_console_script_exits_with_2():
     )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "invalid choice: 'beam'" in done.stderr
+
+
+def test_masks_draws_a_batch_one_panel_per_row(capsys, tmp_path):
+    out = tmp_path / "batch.png"
+    code, printed, err = run(["masks", "batch", "--draft-tokens", "2", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert "(3, 3, 8) masks" in printed and out.read_bytes()[:4] == b"\x89PNG"

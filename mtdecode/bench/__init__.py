@@ -52,10 +52,12 @@ Contender = Callable[[list[int]], Output]
 
 
 def strategy_contender(model: CausalLM, strategy, *, max_new_tokens: int, eos_token_id: int | None) -> Contender:
-    """An mtdecode strategy, greedy."""
+    """An mtdecode strategy, greedy, seeded (so its steps, not only its tokens, repeat)."""
 
     def run(prompt: list[int]) -> Output:
-        result = mtdecode.generate(model, prompt, strategy, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+        result = mtdecode.generate(  # seeded: Jacobi's and lookahead's first guesses repeat from run to run
+            model, prompt, strategy, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, seed=0
+        )
         return Output(result.tokens[0].tolist(), result.stats.target_forwards)
 
     return run

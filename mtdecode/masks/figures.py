@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from mtdecode.masks.batch import place
 from mtdecode.masks.build import causal, tree, tree_positions
 from mtdecode.masks.lookahead import LookaheadLayout
 from mtdecode.masks.plot import plot
@@ -100,3 +103,54 @@ def lookahead_mask(window: int, ngram: int, guesses: int, prefix: Sequence[str])
         len(prefix),
         title,
     )
+
+
+#: an example batch: what each row holds in each cache column ("" is a hole)
+BATCH_EXAMPLE = (
+    ("p0", "p1", "p2", "p3", "p4"),  # a row that holds 5 tokens
+    ("p0", "p1", "p2", "", ""),  # a shorter prompt: holes where the others hold tokens
+    ("p0", "", "p1", "p2", "p3"),  # a hole in the middle: an earlier step's rejected guess
+)
+
+
+def batch_mask(draft_tokens: int, rows: Sequence[Sequence[str]] = BATCH_EXAMPLE) -> list[LabelledMask]:
+    """Speculative verification (x0 and k draft tokens) over a batch whose rows hold different numbers of
+    cached tokens, as `mtdecode.masks.place` builds it: one mask per row, over the same cache columns."""
+    widths = {len(row) for row in rows}
+    if len(widths) != 1:
+        raise ValueError(f"every row must list the same number of cache columns, got {sorted(widths)}")
+    valid = torch.tensor([[name != "" for name in row] for row in rows])  # (batch, columns)
+    new = ["x0"] + [f"d{i}" for i in range(1, draft_tokens + 1)]
+    real = torch.ones(len(rows), len(new), dtype=torch.bool)
+    full = place(causal(len(new))[None], valid, valid.shape[1], real)  # (batch, new, columns + new)
+    figures = []
+    for b, row in enumerate(rows):
+        held = int(valid[b].sum())
+        cached = [name or "hole" for name in row]  # p<i> is the row's token at position i
+        queries = [f"{i}:{name} @{held + i}" for i, name in enumerate(new)]
+        title = f"row {b}: holds {held} tokens, so x0 is at position {held}"
+        keys = cached + [f"{i}:{name}" for i, name in enumerate(new)]
+        figures.append(LabelledMask(full[b], queries, keys, len(row), title))
+    return figures
+
+
+def plot_batch(figures: Sequence[LabelledMask], path: str | Path | None = None):
+    """Draw one panel per row, stacked; saved to `path` if given. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    columns = figures[0].mask.shape[1]
+    rows = sum(f.mask.shape[0] for f in figures)
+    fig, axes = plt.subplots(len(figures), 1, figsize=(max(4.0, 0.4 * columns + 2), 0.45 * rows + 1.6 * len(figures)))
+    for ax, figure in zip([axes] if len(figures) == 1 else axes, figures, strict=True):
+        plot(
+            figure.mask,
+            query_labels=figure.query_labels,
+            key_labels=figure.key_labels,
+            prefix=figure.prefix,
+            title=figure.title,
+            ax=ax,
+        )
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=110)
+    return fig

@@ -14,6 +14,9 @@ Per step, with x0 the newest committed token and k guesses:
              if all k were kept, draw a bonus token from p_{k+1}          (lines 7-10)
 5. commit:   the accepted guesses and the new token; roll both caches back to them.
 
+In a batch every row runs these steps on its own: its own k (fewer near the end of its
+budget), its own guesses and draws, its own number of accepted guesses.
+
 Greedy needs no special case: with temperature 0 the Sampler's p and q are one-hot, so
 p_i(d_i)/q_i(d_i) is 1 when the target agrees and 0 when it does not, and the residual
 norm(max(0, p_i - q_i)) is the target's argmax.
