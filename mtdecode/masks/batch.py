@@ -20,7 +20,7 @@ from mtdecode.tensor_types import Bool, Tensor
 
 
 def place(
-    sees: Bool[Tensor, "batch new seen"],
+    sees: Bool[Tensor, "... new seen"],
     valid: Bool[Tensor, "batch columns"],
     committed: int,
     real: Bool[Tensor, "batch new"],
@@ -29,7 +29,8 @@ def place(
 
     **Arguments:**
 
-    - `sees`: the structure among the pending columns and the new tokens (`seen` = pending + new).
+    - `sees`: the structure among the pending columns and the new tokens (`seen` = pending + new),
+      shared by every row or one per row.
     - `valid`: which cache columns hold an entry of each row (`KVCache.valid`).
     - `committed`: how many leading cache columns are committed (`KVCache.committed`).
     - `real`: which new tokens are not padding.
