@@ -1,8 +1,9 @@
 """Shared test set-up. mtdecode is not imported at module level here, so that jaxtyping's
 pytest plugin (see `addopts` in pyproject.toml) can instrument it with beartype first.
 
-Hypothesis profiles: `default` keeps `make test` fast; `thorough` runs 20x more
-examples. Choose with `MTDECODE_HYPOTHESIS_PROFILE=thorough make test`.
+Hypothesis profiles: `default` keeps `make test` within its time; `thorough` runs 20x more
+examples; `hosts` (12 examples) is what `make test-hosts` runs under every kernel set. Choose
+with `MTDECODE_HYPOTHESIS_PROFILE=thorough make test`.
 """
 
 import os
@@ -24,6 +25,13 @@ settings.register_profile(
     max_examples=20 * DEFAULT_EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(  # `make test-hosts`: the same tests under other kernels, fewer examples
+    "hosts",
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=True,
 )
 settings.load_profile(os.environ.get("MTDECODE_HYPOTHESIS_PROFILE", "default"))
 

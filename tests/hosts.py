@@ -12,7 +12,10 @@ the tests below once per combination of
 
 always in a shuffled order (pytest-random-order, one seed for the whole run, printed at the
 start; `SEED=n make test-hosts` repeats a run), so a test that leans on what ran before it in
-the same process shows up.
+the same process shows up. Every core is kept busy (pytest-xdist workers of `threads`
+threads each). The property tests run the `hosts` Hypothesis profile (12 examples each, as
+many as `make test` ran before batching): what differs between hosts is rounding, not the
+breadth of examples, which `make test` covers.
 
 `python tests/hosts.py [pytest arguments]` runs other tests under the same settings.
 """
@@ -63,9 +66,11 @@ def main(argv: list[str]) -> int:
         for threads in THREADS:
             env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, MKL_ENABLE_INSTRUCTIONS=mkl)
             env["MTDECODE_TEST_THREADS"] = str(threads)
+            env.setdefault("MTDECODE_HYPOTHESIS_PROFILE", "hosts")
             label = f"ATEN_CPU_CAPABILITY={capability} MKL_ENABLE_INSTRUCTIONS={mkl} threads={threads}"
             print(f"\n=== {label}", flush=True)
-            command = [sys.executable, "-m", "pytest", "-q", "-n", "0"]
+            workers = str(max(1, (os.cpu_count() or 1) // threads))  # every core busy, each with `threads` threads
+            command = [sys.executable, "-m", "pytest", "-q", "-n", workers]
             command += ["--random-order-bucket=global", f"--random-order-seed={seed}"]
             start = time.perf_counter()
             code = subprocess.run(command + (argv or tests), env=env).returncode
