@@ -4,6 +4,7 @@
     mtdecode bench [--quick] [--json FILE] [--plot FILE.png]
     mtdecode masks lookahead --window 4 --ngram 3 --guesses 2 --out mask.png
     mtdecode masks batch --draft-tokens 2 --out batch.png     # one panel per row of a batch
+    mtdecode check mypackage.module:my_decoder [--sampling] [--json FILE]
 
 Strategies come from `mtdecode.strategies.REGISTRY`, and their settings from the fields of
 their dataclasses, so a strategy added to the registry shows up here with nothing else to
@@ -307,6 +308,64 @@ def masks(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- mtdecode check
+
+
+def check(args: argparse.Namespace) -> int:
+    """`mtdecode check module:function`: run the oracle on a black-box decoder; exit 0 if it conforms, 1 if not."""
+    import json
+
+    from mtdecode.testing import blackbox
+
+    check_output(args.json, "--json")
+    decoder = load_decoder(args.target)
+    try:  # one tiny call first, so that a broken decoder gets one clear line rather than a failed check
+        from mtdecode.testing.decoders import DecoderError, run_batch
+
+        run_batch(decoder, blackbox.greedy_model("llama"), [[1, 2]], max_new_tokens=2, seeds=[0])
+    except DecoderError as error:
+        raise UsageError(f"{args.target}: {_first_line(error)}") from error
+    reports = [blackbox.check_greedy(decoder)]
+    if args.sampling:
+        reports.append(blackbox.check_sampling(decoder))
+    for report in reports:
+        print(report, end="\n\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.to_json() for r in reports], indent=2) + "\n")
+    passed = all(r.passed for r in reports)
+    print(f"{args.target}: {'conforms' if passed else 'does NOT conform'}")
+    return 0 if passed else 1
+
+
+def load_decoder(target: str):
+    """`package.module:function` (the function may be an attribute path) -> the callable, or a UsageError."""
+    import importlib
+    import inspect
+
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageError(f"expected package.module:function, got {target!r}")
+    try:
+        value = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UsageError(f"cannot import {module_name!r}: {_first_line(error)}") from error
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise UsageError(f"{module_name!r} has no attribute {attribute!r}")
+        value = getattr(value, part)
+    if not callable(value):
+        raise UsageError(f"{target} is a {type(value).__name__}, not a callable decoder")
+    try:
+        inspect.signature(value).bind(None, [1], max_new_tokens=1, temperature=0.0, top_k=None, top_p=None, seed=0)
+    except TypeError as error:
+        raise UsageError(
+            f"{target} does not take (model, prompt, *, max_new_tokens, temperature, top_k, top_p, seed): {error}"
+        ) from error
+    except ValueError:  # a builtin without a signature: let the first call tell
+        pass
+    return value
+
+
 # ----------------------------------------------------------------------------- the parser
 
 
@@ -370,6 +429,12 @@ def build_parser() -> Parser:
     )
     m.add_argument("--length", type=positive, default=4, help="causal: new tokens")
     m.set_defaults(run=masks)
+
+    c = commands.add_parser("check", help="check a decoder of your own against the oracle (mtdecode.testing)")
+    c.add_argument("target", help="package.module:function, a decoder(model, prompt, *, max_new_tokens, ...)")
+    c.add_argument("--sampling", action="store_true", help="also check the law of sampled tokens (slower)")
+    c.add_argument("--json", help="write the reports to this JSON file")
+    c.set_defaults(run=check)
     return parser
 
 

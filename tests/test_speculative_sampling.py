@@ -53,25 +53,25 @@ def test_speculative_sampling_matches_autoregressive(name):
 # ---- mutants: each breaks one line of Algorithm 1; the same test must reject it
 
 
-def residual_from_p(s, p, q, accepted, k):
+def residual_from_p(p, q, accepted, k, random, rows):
     """Wrong line 7: after a rejection, draw from p instead of norm(max(0, p - q))."""
-    return draw(p[torch.arange(s.batch), accepted], s.random, rows=s.active)
+    return draw(p[torch.arange(p.shape[0]), accepted], random, rows)
 
 
 _accept, _correct = speculative.accept, speculative.correct  # the real rules, kept before any monkeypatching
 
 
-def accept_with_p(s, guesses, p, q, k):
+def accept_with_p(guesses, p, q, k, random, rows):
     """Wrong line 5: accept with probability p(x) instead of min(1, p(x)/q(x))."""
-    return _accept(s, guesses, p, torch.ones_like(q), k)
+    return _accept(guesses, p, torch.ones_like(q), k, random, rows)
 
 
-def bonus_from_q(s, p, q, accepted, k):
+def bonus_from_q(p, q, accepted, k, random, rows):
     """Wrong line 10: when every guess was accepted, draw the bonus token from q instead of p."""
-    right = _correct(s, p, q, accepted, k)
+    right = _correct(p, q, accepted, k, random, rows)
     if q.shape[1] == 0:
         return right
-    from_q = draw(q[:, -1], s.random, rows=s.active & (accepted == k))
+    from_q = draw(q[:, -1], random, rows & (accepted == k))
     return torch.where(accepted == k, from_q, right)
 
 

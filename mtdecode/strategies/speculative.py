@@ -29,9 +29,9 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode.model import CausalLM, Runner
-from mtdecode.sampling import draw
+from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Session, Step, with_new_token
-from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class Speculative:
             k = s.budget(self.num_draft_tokens)  # (batch,): the step adds one token of its own
             guesses, q = draft_tokens(s, draft, k)
             p = verify(s, guesses)
-            accepted = accept(s, guesses, p, q, k)
-            new_token = correct(s, p, q, accepted, k)
+            accepted = accept(guesses, p, q, k, s.random, s.active)
+            new_token = correct(p, q, accepted, k, s.random, s.active)
             yield commit(s, draft, guesses, accepted, new_token, k)
 
 
@@ -96,37 +96,40 @@ def verify(s: Session, guesses: Int[Tensor, "batch k"]) -> Float[Tensor, "batch 
 
 
 def accept(
-    s: Session,
     guesses: Int[Tensor, "batch k"],
     p: Float[Tensor, "batch k_plus_1 vocab"],
     q: Float[Tensor, "batch k vocab"],
     k: Int[Tensor, " batch"],
+    random: RowRandom,
+    rows: Bool[Tensor, " batch"],
 ) -> Int[Tensor, " batch"]:
-    """Algorithm 1, lines 5-6: keep d_i with probability min(1, p_i(d_i)/q_i(d_i)); return how many each row kept."""
+    """Algorithm 1, lines 5-6: keep d_i with probability min(1, p_i(d_i)/q_i(d_i)); return how many each row kept
+    (of its own k guesses; only `rows` draw)."""
     width = guesses.shape[1]
     p_d = p[:, :width].gather(2, guesses[..., None])[..., 0]  # (batch, k): p_i(d_i)
     q_d = q.gather(2, guesses[..., None])[..., 0]  # q_i(d_i) > 0 where d_i was drawn from q_i
-    r = s.random.uniform(torch.where(s.active, k, 0))[:, :width].to(p.device)  # (batch, k)
+    r = random.uniform(torch.where(rows, k, 0))[:, :width].to(p.device)  # (batch, k)
     rejected = (r >= p_d / q_d) | (torch.arange(width, device=p.device) >= k[:, None])  # a row's own guesses only
     first = rejected.long().argmax(1) if width else torch.zeros_like(k)
     return torch.where(rejected.any(1), first, width)  # the first rejection, else all
 
 
 def correct(
-    s: Session,
     p: Float[Tensor, "batch k_plus_1 vocab"],
     q: Float[Tensor, "batch k vocab"],
     accepted: Int[Tensor, " batch"],
     k: Int[Tensor, " batch"],
+    random: RowRandom,
+    rows: Bool[Tensor, " batch"],
 ) -> Int[Tensor, " batch"]:
     """Algorithm 1, lines 7-10: after a rejection, draw from norm(max(0, p - q)); else a bonus token from p."""
-    rows = torch.arange(s.batch, device=p.device)
-    p_n = p[rows, accepted]  # (batch, vocab)
-    q_n = q[rows, accepted.clamp(max=max(q.shape[1] - 1, 0))] if q.shape[1] else torch.zeros_like(p_n)
+    index = torch.arange(p.shape[0], device=p.device)
+    p_n = p[index, accepted]  # (batch, vocab)
+    q_n = q[index, accepted.clamp(max=max(q.shape[1] - 1, 0))] if q.shape[1] else torch.zeros_like(p_n)
     residual = (p_n - q_n).clamp(min=0)
     # p equals q up to rounding, or every guess was kept: a rejection had probability 0, so p is the answer
     from_p = (accepted == k) | (residual.sum(-1) <= 0)
-    return draw(torch.where(from_p[:, None], p_n, residual), s.random, rows=s.active)
+    return draw(torch.where(from_p[:, None], p_n, residual), random, rows)
 
 
 def commit(

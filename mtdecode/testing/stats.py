@@ -115,3 +115,48 @@ def assert_matches(
     result = chi_square_test(counts, probs, false_alarm=false_alarm)
     assert result.passed, f"sampled counts do not match the distribution: {result}"
     return result
+
+
+def chi_square_sf(statistic: float, dof: int) -> float:
+    """P(X > statistic) for X ~ chi-square(dof): the regularised upper incomplete gamma function."""
+    return float(
+        torch.special.gammaincc(
+            torch.tensor(dof / 2.0, dtype=torch.float64), torch.tensor(statistic / 2.0, dtype=torch.float64)
+        )
+    )
+
+
+def chi_square_critical(dof: int, false_alarm: float) -> float:
+    """The statistic above which a chi-square(dof) test at `false_alarm` rejects (by bisection)."""
+    low, high = 0.0, float(dof) + 100.0 * (dof + 10) ** 0.5 + 1000.0
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if chi_square_sf(middle, dof) > false_alarm else (low, middle)
+    return high
+
+
+def noncentral_chi_square_sf(x: float, dof: int, noncentrality: float) -> float:
+    """P(X > x) for X ~ noncentral chi-square(dof, noncentrality): a Poisson(noncentrality / 2) mixture of
+    central chi-squares with dof + 2j degrees of freedom."""
+    half = noncentrality / 2.0
+    j = torch.arange(0, int(half + 12 * half**0.5 + 60), dtype=torch.float64)
+    log_weights = -half + j * torch.log(torch.tensor(max(half, 1e-300), dtype=torch.float64)) - torch.lgamma(j + 1)
+    tails = torch.special.gammaincc((dof + 2 * j) / 2.0, torch.tensor(x / 2.0, dtype=torch.float64))
+    return float((log_weights.exp() * tails).sum())
+
+
+def detectable_tv(samples: int, dof: int, false_alarm: float, power: float = 0.99) -> float:
+    """The smallest total-variation distance a chi-square test on `samples` draws detects with probability `power`.
+
+    Against a law p' at chi-square divergence D from the claimed p, Pearson's statistic is close to
+    a noncentral chi-square with noncentrality samples x D (the standard large-sample approximation),
+    and D >= 4 TV^2 (Cauchy-Schwarz). So every law at total variation >= epsilon gives a noncentrality
+    of at least 4 samples epsilon^2; this returns the epsilon at which that noncentrality reaches the
+    wanted power. The distance is measured on the test's cells (after pooling the small ones).
+    """
+    critical = chi_square_critical(dof, false_alarm)
+    low, high = 0.0, 4.0 * samples  # noncentrality: at TV = 1 it is 4 x samples
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if noncentral_chi_square_sf(critical, dof, middle) < power else (low, middle)
+    return min(1.0, (high / (4 * samples)) ** 0.5)

@@ -1,0 +1,338 @@
+"""A catalogue of real bug classes: wrong decoders and wrong samplers, each caught by the oracle.
+
+Every mutant here is a small, plausible mistake of the kind found in public implementations
+(each docstring names the class and, where one exists, a public report of it). `CATALOGUE`
+lists them with the check that must catch each at its default settings; `tests/test_oracle.py`
+proves that it does, and that the correct versions pass.
+
+The correct baselines are written the way a research project or a student would write them,
+directly against transformers (no mtdecode strategy inside):
+
+- `homework_rejection_sampler(p, q, drafted)`: speculative sampling's rule (Leviathan et al.
+  2023, Algorithm 1) behind the kernel signature of `check_rejection_sampler`;
+- `homework_speculative(model, prompt, ...)`: a speculative decoder behind the `Decoder`
+  signature, with a noisy copy of the model as its draft and transformers' `DynamicCache`.
+
+Each mutant is one of these with one thing changed (the `bug` argument), or an mtdecode
+strategy with one function replaced.
+"""
+
+import contextlib
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from mtdecode import verification
+from mtdecode.model import CausalLM
+from mtdecode.sampling import Sampler
+from mtdecode.strategies import Lookahead, PromptLookup
+from mtdecode.strategies import mtad as mtad_strategy
+from mtdecode.strategies.prompt_lookup import lookup
+from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.testing.decoders import strategy_decoder
+
+# ---------------------------------------------------------------- the kernel: speculative sampling's rule
+
+
+def homework_rejection_sampler(
+    p: Float[Tensor, "k_plus_1 vocab"], q: Float[Tensor, "k vocab"], drafted: Int[Tensor, " k"], bug: str = ""
+) -> list[int]:
+    """Algorithm 1 of Leviathan et al. (2023), one guess at a time, with torch's global generator.
+
+    Keep d_i with probability min(1, p_i(d_i) / q_i(d_i)); at the first rejection draw from
+    norm(max(0, p_i - q_i)) and stop; if all k are kept, draw a bonus token from p_{k+1}.
+    `bug` selects one of the mutants below ("" is the correct rule).
+    """
+    k = drafted.numel()
+    for i in range(k):
+        d = int(drafted[i])
+        if bug == "accept_if_equal_to_target_sample":
+            kept = int(torch.multinomial(p[i], 1)) == d
+        else:
+            ratio = p[i, d] if bug == "accept_with_p" else torch.clamp(p[i, d] / q[i, d], max=1.0)
+            kept = bool(torch.rand((), dtype=torch.float64) < ratio)
+        if not kept:
+            return drafted[:i].tolist() + [_correction(p[i], q[i], bug)]
+    if bug == "bonus_dropped":
+        return drafted.tolist()
+    bonus_row = p[k - 1] if bug == "bonus_from_wrong_row" and k > 0 else p[k]
+    return drafted.tolist() + [int(torch.multinomial(bonus_row, 1))]
+
+
+def _correction(p_i: Float[Tensor, " vocab"], q_i: Float[Tensor, " vocab"], bug: str) -> int:
+    """The token after a rejection: from norm(max(0, p - q)) (or what a mutant draws instead)."""
+    if bug in ("residual_from_p", "accept_if_equal_to_target_sample"):
+        return int(torch.multinomial(p_i, 1))
+    residual = (p_i - q_i).clamp(min=0)
+    if bug == "residual_unnormalised":  # inverse CDF with a uniform on [0, 1): the missing mass lands on the last token
+        u = torch.rand((), dtype=torch.float64)
+        return min(int(torch.searchsorted(residual.cumsum(0), u, right=True)), p_i.numel() - 1)
+    return int(torch.multinomial(residual / residual.sum(), 1))
+
+
+def residual_unnormalised(p, q, drafted):
+    """The residual max(0, p - q) drawn by inverse CDF without dividing by its sum, so the mass it lacks
+    goes to the last token. Renormalising is easy to skip because `torch.multinomial` does it silently
+    (vLLM's review of its first rejection sampler discussed exactly this, vllm-project/vllm#2336)."""
+    return homework_rejection_sampler(p, q, drafted, bug="residual_unnormalised")
+
+
+def residual_from_p(p, q, drafted):
+    """After a rejection, the new token drawn from p instead of norm(max(0, p - q)); reported in
+    ShopeeLLM/Spec-RL#14 (the code samples the first rejected position from the target distribution)."""
+    return homework_rejection_sampler(p, q, drafted, bug="residual_from_p")
+
+
+def accept_with_p(p, q, drafted):
+    """A guess kept with probability p(x) instead of min(1, p(x) / q(x)): the one-hot rule of lookahead
+    decoding applied to a draft that came with a distribution."""
+    return homework_rejection_sampler(p, q, drafted, bug="accept_with_p")
+
+
+def accept_if_equal_to_target_sample(p, q, drafted):
+    """A guess kept only if it equals a token sampled from p, and a fresh token from p after a mismatch:
+    biased towards the tokens both models favour (ml-explore/mlx-swift-lm#459; lablup/mlxcel#902)."""
+    return homework_rejection_sampler(p, q, drafted, bug="accept_if_equal_to_target_sample")
+
+
+def bonus_from_wrong_row(p, q, drafted):
+    """After a full acceptance, the bonus token drawn from p_k (the row of the last guess) instead of p_{k+1}."""
+    return homework_rejection_sampler(p, q, drafted, bug="bonus_from_wrong_row")
+
+
+def bonus_dropped(p, q, drafted):
+    """After a full acceptance, no bonus token: at most k tokens per step instead of k + 1. The law stays
+    right; the contract (accepted tokens plus one more) catches it. Lookahead decoding's public code does
+    this on a full match (hao-ai-lab/LookaheadDecoding#56)."""
+    return homework_rejection_sampler(p, q, drafted, bug="bonus_dropped")
+
+
+# ---------------------------------------------------------------- a whole speculative decoder
+
+_DRAFTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+#: the homework decoder's draft: a copy of the target with this much relative noise on every weight
+DRAFT_NOISE = 1.0
+
+
+def _draft_for(hf_model):
+    from mtdecode.testing.models import perturbed
+
+    if hf_model not in _DRAFTS:
+        _DRAFTS[hf_model] = perturbed(hf_model, DRAFT_NOISE, seed=1)
+    return _DRAFTS[hf_model]
+
+
+def _feed(model, cache: DynamicCache, ids: list[int]) -> Float[Tensor, "new vocab"]:
+    """Feed `ids` left to right after what `cache` holds; return their logits."""
+    start = cache.get_seq_length()
+    positions = torch.arange(start, start + len(ids), device=model.device)[None]
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids], device=model.device), position_ids=positions, past_key_values=cache)
+    return out.logits[0]
+
+
+def homework_speculative(
+    model, prompt, *, max_new_tokens, temperature, top_k, top_p, seed, k: int = 3, bug: str = ""
+) -> list[int]:
+    """Speculative decoding written directly against transformers: a noisy copy of `model` drafts k tokens
+    one by one, one target forward verifies them, `homework_rejection_sampler` keeps a prefix plus one
+    token, and both `DynamicCache`s are cropped back. torch's global generator, seeded with `seed` inside
+    `fork_rng`, makes every draw. `bug` selects one of the mutants below ("" is the correct decoder)."""
+    target = CausalLM.wrap(model).hf
+    draft = _draft_for(target)
+    sampler = Sampler(temperature, top_k, top_p)
+    tokens, budget = list(prompt), len(prompt) + max_new_tokens
+    target_cache, draft_cache = DynamicCache(), DynamicCache()
+    target_read = 0  # committed tokens the target has read
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        while len(tokens) < budget:
+            guesses, q_rows, q_raw = [], [], []
+            feed = tokens[draft_cache.get_seq_length() :]
+            for _ in range(min(k, budget - len(tokens) - 1)):
+                logits = _feed(draft, draft_cache, feed)[-1].double()
+                q_drawn = sampler.probs(logits)  # the distribution the guess is drawn from
+                guesses.append(int(torch.multinomial(q_drawn, 1)))
+                # the draft's distribution as the ratio sees it: the same one, or (a mutant) the raw softmax
+                q_rows.append(torch.softmax(logits, -1) if bug == "draft_temperature_mismatch" else q_drawn)
+                q_raw.append(torch.softmax(logits, -1))
+                feed = guesses[-1:]
+            logits = _feed(target, target_cache, tokens[target_read:] + guesses).double()
+            p = sampler.probs(logits[-(len(guesses) + 1) :])
+            q = torch.stack(q_rows) if q_rows else p[:0]
+            if bug == "ratio_of_untempered_probabilities" and guesses:
+                p_raw = torch.softmax(logits[-(len(guesses) + 1) :], -1)
+                accepted = _accept_by_raw_ratio(p, q, p_raw, torch.stack(q_raw), guesses)
+            else:
+                if bug == "stop_rule_peeks_at_p":  # stop drafting where the *target* is unsure (peeking at p)
+                    unsure = [i for i, d in enumerate(guesses) if p[i, d] < 0.25]
+                    guesses, q = (guesses[: unsure[0]], q[: unsure[0]]) if unsure else (guesses, q)
+                    p = p[: len(guesses) + 1]
+                accepted = homework_rejection_sampler(p, q, torch.tensor(guesses, dtype=torch.long))
+            keep = len(tokens) + len(accepted) - 1  # cache entries: the committed tokens and the kept guesses
+            _crop_to(target_cache, keep + 1 if bug == "cache_rollback_off_by_one" else keep)
+            _crop_to(draft_cache, keep)
+            tokens += accepted
+            target_read = keep  # the target has read every committed token but the newest
+    return tokens[len(prompt) : budget]
+
+
+def _crop_to(cache: DynamicCache, length: int) -> None:
+    """Keep the first `length` entries (transformers 5 crops by a negative count of entries to remove)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def _accept_by_raw_ratio(p, q, p_raw, q_raw, guesses: list[int]) -> list[int]:
+    """The ratio of untempered probabilities, then the tempered residual: temperature applied after the ratio."""
+    for i, d in enumerate(guesses):
+        if not bool(torch.rand((), dtype=torch.float64) < torch.clamp(p_raw[i, d] / q_raw[i, d], max=1.0)):
+            return guesses[:i] + [_correction(p[i], q[i], "")]
+    return guesses + [int(torch.multinomial(p[len(guesses)], 1))]
+
+
+def draft_temperature_mismatch(model, prompt, **settings):
+    """Guesses drawn from the draft's tempered, truncated distribution, while the acceptance ratio and the
+    residual use its raw softmax: the q in the rule is not the q the guess came from, so the output is not p
+    (huggingface/transformers#47932; deepseek-ai/DeepSpec#31)."""
+    return homework_speculative(model, prompt, bug="draft_temperature_mismatch", **settings)
+
+
+def ratio_of_untempered_probabilities(model, prompt, **settings):
+    """Temperature and top-k/top-p applied after the ratio: the acceptance ratio is computed from both models'
+    raw softmax, while drafting, the residual and the bonus token use the tempered distributions."""
+    return homework_speculative(model, prompt, bug="ratio_of_untempered_probabilities", **settings)
+
+
+def stop_rule_peeks_at_p(model, prompt, **settings):
+    """A draft cut short where the *target* gives a guess little probability. A stopping rule may look at q
+    only (it is part of drafting); one that looks at p chooses the proposal with knowledge of the verifier,
+    and the output is no longer p."""
+    return homework_speculative(model, prompt, bug="stop_rule_peeks_at_p", **settings)
+
+
+def cache_rollback_off_by_one(model, prompt, **settings):
+    """After a rejection, the target's cache is cropped one entry too long: the first rejected guess stays
+    in it, and every later forward attends to a token that is not in the text. Greedy output changes."""
+    return homework_speculative(model, prompt, bug="cache_rollback_off_by_one", **settings)
+
+
+# ---------------------------------------------------------------- one-hot (multi-candidate) verification
+
+
+@contextlib.contextmanager
+def _replaced(module, name: str, value):
+    original = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+def _keep_rejected(p, proposals, random):
+    """`verification.try_proposals` without step 1's removal: after rejecting x, p keeps x's mass."""
+    chosen = torch.full((p.shape[0],), -1, dtype=torch.long, device=p.device)
+    for c in range(proposals.shape[1]):
+        x = proposals[:, c]
+        trying = (x >= 0) & (chosen < 0) & ~(proposals[:, :c] == x[:, None]).any(1)
+        u = random.uniform(trying.long())[:, 0].to(p.device)
+        chosen = torch.where(trying & (u < p.gather(1, x.clamp(min=0)[:, None])[:, 0]), x, chosen)
+    return chosen, p
+
+
+def _lookahead_with(replacements: dict) -> Callable:
+    """mtdecode's lookahead (W=2, N=3, G=2, prompt pool) as a batched decoder, with functions of
+    `mtdecode.verification` replaced while it runs."""
+    inner = strategy_decoder(Lookahead(2, 3, 2, prompt_pool=True))
+
+    def run(call, *args, **kwargs):
+        with contextlib.ExitStack() as stack:
+            for name, value in replacements.items():
+                stack.enter_context(_replaced(verification, name, value))
+            return call(*args, **kwargs)
+
+    def decoder(model, prompt, **settings):
+        return run(inner, model, prompt, **settings)
+
+    decoder.takes_batches = True
+    decoder.batch = lambda model, prompts, **settings: run(inner.batch, model, prompts, **settings)
+    return decoder
+
+
+multi_candidate_keeps_rejected = _lookahead_with({"try_proposals": _keep_rejected})
+multi_candidate_keeps_rejected.__doc__ = """Lookahead's multi-candidate verifier without removing a rejected
+token from p before trying the next candidate: the rejected token keeps its mass, the next candidate is
+accepted too often. Speculative sampling's rule, applied to several one-hot candidates, needs
+norm(max(0, p - 1[x])) after each rejection (Fu et al. 2024, Algorithm 4; SpecInfer)."""
+multi_candidate_keeps_rejected.__name__ = multi_candidate_keeps_rejected.__qualname__ = (
+    "multi_candidate_keeps_rejected"
+)
+
+
+@dataclass(frozen=True)
+class PoolReadAfterUpdate(PromptLookup):
+    """Prompt lookup whose verifier reads its candidates from the pool (the text) after the step has put its
+    own tokens in: the tokens it verifies are not the ones it fed, so it checks each against the target's
+    prediction for another prefix. The pool must be read once, before the step, and the same candidates fed
+    and verified."""
+
+    def decode(self, s):
+        while not s.done:
+            k = s.budget(self.num_draft_tokens).tolist()
+            fed = [lookup(tokens, self.ngram, n) for tokens, n in zip(s.tokens, k, strict=True)]
+            reread = [lookup(t + f, self.ngram, len(f)) for t, f in zip(s.tokens, fed, strict=True)]
+            reread = [r + f[len(r) :] for r, f in zip(reread, fed, strict=True)]  # as many as were fed
+            yield from _verify_other_than_fed(s, fed, reread)
+
+
+def _verify_other_than_fed(s, fed: list[list[int]], verified: list[list[int]]):
+    """`verification.verify_chain`, but the guesses checked are `verified`, not the ones fed."""
+    from mtdecode.strategies.prompt_lookup import padded
+
+    guesses_fed, guesses = padded(fed, s.device), padded(verified, s.device)
+    rows = [row + guess for row, guess in zip(s.unread(s.target), guesses_fed.clamp(min=0).tolist(), strict=True)]
+    logits = s.target.extend(rows, logits_to_keep=guesses.shape[1] + 1)
+    p = s.sampler.probs(logits)
+    verdict = verification.verify_candidates(p[:, 0], p[:, None, 1:], guesses[:, None, :], s.random, s.active)
+    committed = torch.tensor([len(row) for row in s.tokens], device=s.device)
+    s.target.cache.crop(committed + verdict.accepted)
+    yield s.commit(verdict.tokens, verdict.accepted + 1, drafted=(guesses >= 0).sum(1), accepted=verdict.accepted)
+
+
+pool_read_after_update = strategy_decoder(PoolReadAfterUpdate(ngram=2, num_draft_tokens=4))
+pool_read_after_update.__doc__ = PoolReadAfterUpdate.__doc__
+pool_read_after_update.__name__ = pool_read_after_update.__qualname__ = "pool_read_after_update"
+
+
+# ---------------------------------------------------------------- MTAD's beam sampling
+
+
+def beam_weights_log_softmax_of_probabilities(log_scores, width, greedy, random, rows):
+    """MTAD's beam draw with the beam weights normalised by log_softmax of *probabilities* instead of
+    log(p / sum p): the beams are drawn with probability proportional to exp(p) rather than p, close to
+    uniform. The bug of MTAD's public code in its batched path (ZongyueQin/MTAD; fixed in its tree path)."""
+    probabilities = log_scores.exp()
+    return mtad_strategy.choose(torch.log_softmax(probabilities, dim=-1), width, greedy, random, rows)
+
+
+#: mutant -> the check that must catch it at its default settings
+CATALOGUE: dict[Callable, str] = {
+    residual_unnormalised: "check_rejection_sampler",
+    residual_from_p: "check_rejection_sampler",
+    accept_with_p: "check_rejection_sampler",
+    accept_if_equal_to_target_sample: "check_rejection_sampler",
+    bonus_from_wrong_row: "check_rejection_sampler",
+    bonus_dropped: "check_rejection_sampler",
+    beam_weights_log_softmax_of_probabilities: "check_beam_sampler",
+    draft_temperature_mismatch: "check_sampling",
+    ratio_of_untempered_probabilities: "check_sampling",
+    stop_rule_peeks_at_p: "check_sampling",
+    multi_candidate_keeps_rejected: "check_sampling",
+    cache_rollback_off_by_one: "check_greedy",
+    pool_read_after_update: "check_greedy",
+}

@@ -1,0 +1,53 @@
+"""The pytest plugin of `mtdecode.testing`, registered through the `pytest11` entry point: after
+`pip install mtdecode`, any project's tests can ask for these fixtures.
+
+```python
+def test_my_decoder(decoding_oracle):
+    decoding_oracle.assert_conforms(my_decoder, sampling=True)
+
+def test_my_decoder_runs_on_every_family(tiny_model):   # a tiny float64 Llama, Qwen2 and Mistral in turn
+    assert len(my_decoder(tiny_model, [1, 2, 3], max_new_tokens=4, temperature=0.0,
+                          top_k=None, top_p=None, seed=0)) == 4
+```
+
+mtdecode is imported only when a fixture is used, so the plugin costs nothing to projects that do not.
+It is a top-level module, not part of the `mtdecode` package, because pytest loads plugins before
+any test, and importing a module of the package would import the package: too early for tools
+that must see it imported afterwards (jaxtyping's import hook, in mtdecode's own tests).
+"""
+
+import pytest
+
+
+class Oracle:
+    """The checks of `mtdecode.testing`, bound together for one test (see `mtdecode.testing`)."""
+
+    def __init__(self) -> None:
+        from mtdecode import testing
+
+        self.check_greedy = testing.check_greedy
+        self.check_sampling = testing.check_sampling
+        self.check_rejection_sampler = testing.check_rejection_sampler
+        self.check_beam_sampler = testing.check_beam_sampler
+
+    def assert_conforms(self, decoder, *, sampling: bool = False) -> None:
+        """Run `check_greedy` (and `check_sampling` if `sampling`) on `decoder`; fail with their summaries."""
+        from mtdecode.testing import assert_conforms
+
+        reports = [self.check_greedy(decoder)] + ([self.check_sampling(decoder)] if sampling else [])
+        assert_conforms(*reports)
+
+
+@pytest.fixture
+def decoding_oracle() -> Oracle:
+    """The oracle: `decoding_oracle.check_greedy(decoder)`, `.check_sampling(decoder)`,
+    `.check_rejection_sampler(fn)`, each returning a `Report`, and `.assert_conforms(decoder, sampling=True)`."""
+    return Oracle()
+
+
+@pytest.fixture(params=["llama", "qwen2", "mistral"])
+def tiny_model(request):
+    """A tiny random float64 causal LM of each family in turn (vocabulary 16), as `check_greedy` uses."""
+    from mtdecode.testing.blackbox import greedy_model
+
+    return greedy_model(request.param)
