@@ -14,7 +14,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
-	$(VENV)/bin/ruff check mtdecode tests benchmarks
+	$(VENV)/bin/ruff check mtdecode tests benchmarks pytest_mtdecode.py
 
 # the host-sensitive tests under other hosts' CPU kernels and thread counts, in a shuffled order
 # (see tests/hosts.py; SEED=n repeats an order)
@@ -44,7 +44,7 @@ figures: $(STAMP)
 	$(PY) docs/render_figures.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check mtdecode tests benchmarks
+	$(VENV)/bin/ruff check mtdecode tests benchmarks pytest_mtdecode.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis

@@ -116,7 +116,7 @@ def test_transformers_prompt_lookup_is_exactly_greedy():
 # ---- the shell and pytest
 
 
-DECODERS = '''
+DECODERS = """
 from mtdecode.testing import greedy_tokens
 
 
@@ -141,7 +141,7 @@ def wrong_signature(model, prompt):
 
 
 not_callable = 3
-'''
+"""
 
 
 @pytest.fixture
@@ -188,7 +188,7 @@ def test_mtdecode_check_exits_2_with_one_line_for_a_bad_target(decoder_module, c
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
-PLUGIN_TESTS = '''
+PLUGIN_TESTS = """
 from my_decoders import good, off_by_one
 
 
@@ -202,7 +202,7 @@ def test_wrong(decoding_oracle):
 
 def test_every_family(tiny_model):
     assert len(good(tiny_model, [1, 2], max_new_tokens=3, temperature=0.0, top_k=None, top_p=None, seed=0)) == 3
-'''
+"""
 
 
 def test_the_pytest_plugin_gives_another_project_the_oracle(decoder_module):

@@ -71,7 +71,7 @@ def check_greedy(
     decoder: Callable,
     *,
     families: Sequence[str] = GREEDY_FAMILIES,
-    examples: int = 30,
+    examples: int = 50,
     max_prompt: int = 10,
     max_new_tokens: int = 16,
     batch: int = 8,
@@ -90,57 +90,13 @@ def check_greedy(
 
     A `Report`; on failure its `reproducer` is Python code that shows the smallest counterexample found.
     """
-    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-    from hypothesis import strategies as st
-
-    batched = getattr(decoder, "takes_batches", False)
     name = describe(decoder)
     cases = 0
     for family in families:
-        model = greedy_model(family)
-        found: dict = {}
-
-        @settings(
-            max_examples=examples,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            phases=(Phase.explicit, Phase.generate, Phase.shrink),
-            verbosity=Verbosity.quiet,
-            print_blob=False,
-            report_multiple_bugs=False,
-        )
-        @given(
-            prompts=st.lists(
-                st.lists(st.integers(0, GREEDY_VOCAB - 1), min_size=1, max_size=max_prompt),
-                min_size=1,
-                max_size=batch if batched else 1,
-            ),
-            budget=st.integers(1, max_new_tokens),
-        )
-        def case(prompts, budget):
-            nonlocal cases
-            cases += len(prompts)
-            expected = reference_greedy(model, prompts, budget)
-            try:
-                got = run_batch(decoder, model, prompts, max_new_tokens=budget, seeds=[0] * len(prompts))
-            except DecoderError as error:
-                found.update(prompt=prompts[0], budget=budget, error=str(error))
-                raise _Counterexample from error
-            for prompt, ours, theirs in zip(prompts, expected, got, strict=True):
-                if ours != theirs:
-                    found.update(prompt=prompt, budget=budget, expected=ours, got=theirs, error=None)
-                    raise _Counterexample
-
-        try:
-            case()
-        except _Counterexample:
+        found, tried = _search_greedy(decoder, greedy_model(family), examples, max_prompt, max_new_tokens, batch)
+        cases += tried
+        if found:
             return _greedy_failure(decoder, name, family, found)
-        except Exception as error:  # something in the check itself, or a decoder that broke it: say so plainly
-            if not found:
-                raise
-            return _greedy_failure(decoder, name, family, {**found, "error": f"{type(error).__name__}: {error}"})
     figures = {"families": list(families), "examples_per_family": examples, "prompts": cases, "vocab": GREEDY_VOCAB}
     summary = (
         f"check_greedy passed: {name} gave exactly greedy decoding's tokens on all {cases} prompts "
@@ -150,6 +106,59 @@ def check_greedy(
         "be a bug."
     )
     return Report("check_greedy", True, summary, figures)
+
+
+def _search_greedy(decoder, model, examples: int, max_prompt: int, max_new_tokens: int, batch: int):
+    """Run Hypothesis on one model; return the smallest counterexample found ({} if none) and the prompts tried."""
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+    from hypothesis import strategies as st
+
+    batched = getattr(decoder, "takes_batches", False)
+    found: dict = {}
+    tried = 0
+
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.explicit, Phase.generate, Phase.shrink),
+        verbosity=Verbosity.quiet,
+        print_blob=False,
+        report_multiple_bugs=False,
+    )
+    @given(
+        prompts=st.lists(
+            st.lists(st.integers(0, GREEDY_VOCAB - 1), min_size=1, max_size=max_prompt),
+            min_size=1,
+            max_size=batch if batched else 1,
+        ),
+        budget=st.integers(1, max_new_tokens),
+    )
+    def case(prompts, budget):
+        nonlocal tried
+        tried += len(prompts)
+        expected = reference_greedy(model, prompts, budget)
+        try:
+            got = run_batch(decoder, model, prompts, max_new_tokens=budget, seeds=[0] * len(prompts))
+        except DecoderError as error:
+            found.update(prompt=prompts[0], budget=budget, error=str(error))
+            raise _Counterexample from error
+        for prompt, ours, theirs in zip(prompts, expected, got, strict=True):
+            if ours != theirs:
+                found.update(prompt=prompt, budget=budget, expected=ours, got=theirs, error=None)
+                raise _Counterexample
+
+    try:
+        case()  # the last failing call Hypothesis makes is the smallest counterexample: `found` holds it
+    except _Counterexample:
+        pass
+    except Exception as error:  # something else broke inside the search: report it with the case that caused it
+        if not found:
+            raise
+        found["error"] = f"{type(error).__name__}: {error}"
+    return found, tried
 
 
 def _greedy_failure(decoder, name: str, family: str, found: dict) -> Report:
@@ -167,7 +176,9 @@ def _greedy_failure(decoder, name: str, family: str, found: dict) -> Report:
         "case it found; the reproducer below shows it."
     )
     figures = {"family": family, "prompt": prompt, "max_new_tokens": budget, **found}
-    return Report("check_greedy", False, summary, figures, reproducer=greedy_reproducer(decoder, family, prompt, budget))
+    return Report(
+        "check_greedy", False, summary, figures, reproducer=greedy_reproducer(decoder, family, prompt, budget)
+    )
 
 
 def greedy_reproducer(decoder, family: str, prompt: list[int], budget: int) -> str:
@@ -236,8 +247,10 @@ def check_sampling(
             short = [o for o in outputs if len(o) < tokens]
             if short:
                 return _sampling_broken(name, sampler, DecoderError(f"it returned {short[0]} for {tokens} tokens"))
-            counts += torch.bincount(block_cells(torch.tensor([o[:tokens] for o in outputs]), SAMPLING_VOCAB),
-                                     minlength=SAMPLING_VOCAB**tokens)
+            counts += torch.bincount(
+                block_cells(torch.tensor([o[:tokens] for o in outputs]), SAMPLING_VOCAB),
+                minlength=SAMPLING_VOCAB**tokens,
+            )
         fit = chi_square_test(counts, exact_joint(model, SAMPLING_PROMPT, tokens, sampler), false_alarm=alpha)
         epsilon = detectable_tv(samples, fit.dof, alpha)
         results.append({"setting": _setting(sampler), **vars(fit), "passed": fit.passed, "detectable_tv": epsilon})
@@ -245,8 +258,13 @@ def check_sampling(
             failed.append((sampler, fit))
             break  # one failing setting settles the verdict; the others would only cost time
     power = max(r["detectable_tv"] for r in results)
-    figures = {"samples": samples, "tokens": tokens, "false_alarm": false_alarm, "detectable_tv": power,
-               "settings": results}
+    figures = {
+        "samples": samples,
+        "tokens": tokens,
+        "false_alarm": false_alarm,
+        "detectable_tv": power,
+        "settings": results,
+    }
     names = ", ".join(_setting(s) for s in settings)
     where = (
         f"the first {tokens} tokens after a {len(SAMPLING_PROMPT)}-token prompt on a tiny float64 Llama "

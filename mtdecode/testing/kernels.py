@@ -51,37 +51,13 @@ class Scenario:
     k: int
     seed: int
 
-    def _scores(self, prefix: tuple[int, ...], which: int) -> Float[Tensor, " vocab"]:
-        generator = torch.Generator().manual_seed(hash((self.seed, which, prefix)) % 2**31)
-        return 1.5 * torch.randn(self.vocab, generator=generator, dtype=torch.float64)
-
-    @functools.cache
     def p(self, prefix: tuple[int, ...]) -> Float[Tensor, " vocab"]:
         """The target's distribution after `prefix`."""
-        scores = self._scores(prefix, 0)
-        if self.kind == "p == q":
-            scores = self._scores(prefix, 1)
-        probs = torch.softmax(scores, dim=-1)
-        if self.kind == "zeros in p":  # p rules out the tokens q likes most
-            probs[torch.softmax(self._scores(prefix, 1), -1).topk(2).indices] = 0.0
-        elif self.kind == "ties":
-            probs = torch.full((self.vocab,), 1.0 / self.vocab, dtype=torch.float64)
-        elif self.kind == "one-hot p" and len(prefix) % 2 == 0:  # a certain target at every other position
-            probs = torch.nn.functional.one_hot(scores.argmax(), self.vocab).double()
-        return probs / probs.sum()
+        return _distribution(self, "p", prefix)
 
-    @functools.cache
     def q(self, prefix: tuple[int, ...]) -> Float[Tensor, " vocab"]:
         """The draft's distribution after `prefix`."""
-        scores = self._scores(prefix, 1)
-        probs = torch.softmax(scores, dim=-1)
-        if self.kind == "zeros in q":  # q rules out the tokens p likes most
-            probs[self.p(prefix).topk(2).indices] = 0.0
-        elif self.kind == "ties":
-            probs = (torch.arange(self.vocab) < self.vocab // 2).double()
-        elif self.kind == "one-hot q":
-            probs = torch.nn.functional.one_hot(scores.argmax(), self.vocab).double()
-        return probs / probs.sum()
+        return _distribution(self, "q", prefix)
 
     def exact_blocks(self) -> Float[Tensor, " cells"]:
         """P(x_1..x_{k+1}) under p, block (x_1, ..., x_{k+1}) at cell x_1 V^k + ... + x_{k+1}."""
@@ -91,6 +67,34 @@ class Scenario:
             joint = (joint[:, None] * torch.stack([self.p(prefix) for prefix in prefixes])).reshape(-1)
             prefixes = [prefix + (x,) for prefix in prefixes for x in range(self.vocab)]
         return joint
+
+
+def _scores(scenario: Scenario, which: int, prefix: tuple[int, ...]) -> Float[Tensor, " vocab"]:
+    generator = torch.Generator().manual_seed(hash((scenario.seed, which, prefix)) % 2**31)
+    return 1.5 * torch.randn(scenario.vocab, generator=generator, dtype=torch.float64)
+
+
+@functools.cache
+def _distribution(scenario: Scenario, model: str, prefix: tuple[int, ...]) -> Float[Tensor, " vocab"]:
+    """p or q of `scenario` after `prefix` (made once: the trials ask for the same few again and again)."""
+    kind, vocab = scenario.kind, scenario.vocab
+    if model == "p":
+        probs = torch.softmax(_scores(scenario, 1 if kind == "p == q" else 0, prefix), dim=-1)
+        if kind == "zeros in p":  # p rules out the tokens q likes most
+            probs[torch.softmax(_scores(scenario, 1, prefix), -1).topk(2).indices] = 0.0
+        elif kind == "ties":
+            probs = torch.full((vocab,), 1.0 / vocab, dtype=torch.float64)
+        elif kind == "one-hot p" and len(prefix) % 2 == 0:  # a certain target at every other position
+            probs = torch.nn.functional.one_hot(probs.argmax(), vocab).double()
+    else:
+        probs = torch.softmax(_scores(scenario, 1, prefix), dim=-1)
+        if kind == "zeros in q":  # q rules out the tokens p likes most
+            probs[scenario.p(prefix).topk(2).indices] = 0.0
+        elif kind == "ties":
+            probs = (torch.arange(vocab) < vocab // 2).double()
+        elif kind == "one-hot q":
+            probs = torch.nn.functional.one_hot(probs.argmax(), vocab).double()
+    return probs / probs.sum()
 
 
 SCENARIOS = (
@@ -126,7 +130,9 @@ def check_contract(output, drafted: list[int], vocab: int) -> list[int]:
         raise ContractError(f"returned {tokens}: the tokens before the last must be the drafted prefix of {drafted}")
     if len(tokens) <= k and tokens[-1] == drafted[len(tokens) - 1]:
         if len(tokens) == k:
-            raise ContractError(f"returned {tokens}: every drafted token {drafted} was accepted, the bonus token is missing")
+            raise ContractError(
+                f"returned {tokens}: every drafted token {drafted} was accepted, the bonus token is missing"
+            )
         raise ContractError(f"returned {tokens}: it stopped at drafted token {tokens[-1]} without rejecting it")
     return tokens
 
@@ -246,9 +252,7 @@ def transformers_rejection_sampler(
 BEAM_SCORES = (-0.4, -1.1, -1.6, -2.3, -3.0, -0.9)  # log weights of 6 options: a few likely, a few rare
 
 
-def check_beam_sampler(
-    choose: Callable, *, trials: int = 20_000, false_alarm: float = 1e-3, seed: int = 0
-) -> Report:
+def check_beam_sampler(choose: Callable, *, trials: int = 20_000, false_alarm: float = 1e-3, seed: int = 0) -> Report:
     """The law of the first two picks of `choose(log_scores, width, greedy, random, rows)` (MTAD's beam draw).
 
     Drawing W options without replacement with probability proportional to exp(score) gives the

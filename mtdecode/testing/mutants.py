@@ -269,9 +269,7 @@ multi_candidate_keeps_rejected.__doc__ = """Lookahead's multi-candidate verifier
 token from p before trying the next candidate: the rejected token keeps its mass, the next candidate is
 accepted too often. Speculative sampling's rule, applied to several one-hot candidates, needs
 norm(max(0, p - 1[x])) after each rejection (Fu et al. 2024, Algorithm 4; SpecInfer)."""
-multi_candidate_keeps_rejected.__name__ = multi_candidate_keeps_rejected.__qualname__ = (
-    "multi_candidate_keeps_rejected"
-)
+multi_candidate_keeps_rejected.__name__ = multi_candidate_keeps_rejected.__qualname__ = "multi_candidate_keeps_rejected"
 
 
 @dataclass(frozen=True)
