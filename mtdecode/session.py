@@ -110,6 +110,11 @@ class Session:
         room for besides the step's own token (0 for a finished row)."""
         return (self.remaining - 1).clamp(min=0, max=guesses)
 
+    @property
+    def lengths(self) -> Int[Tensor, " batch"]:
+        """Committed tokens of each row, prompt included (the position of its next token)."""
+        return torch.tensor([len(row) for row in self.tokens], dtype=torch.long, device=self.device)
+
     def generated(self, row: int) -> int:
         return len(self.tokens[row]) - self.prompt_lengths[row]
 

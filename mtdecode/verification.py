@@ -161,8 +161,7 @@ def verify_chain(
     logits = s.target.extend(fed, logits_to_keep=k + 1)  # (batch, k + 1, vocab)
     p = s.sampler.probs(logits)
     verdict = verify_candidates(p[:, 0], p[:, None, 1:], guesses[:, None, :], s.random, s.active)
-    committed = torch.tensor([len(row) for row in s.tokens], device=logits.device)
-    s.target.cache.crop(committed + verdict.accepted)  # the committed tokens + the accepted guesses
+    s.target.cache.crop(s.lengths + verdict.accepted)  # the committed tokens + the accepted guesses
     drafted = (guesses >= 0).sum(1)
     steps = s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted)
     return steps, logits, verdict.accepted

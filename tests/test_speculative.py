@@ -75,7 +75,7 @@ def test_both_caches_are_checked_after_every_step(monkeypatch):
     target, draft = pair("same")
 
     def commit_without_catch_up(s, draft_runner, guesses, accepted, new_token, k):
-        keep = torch.tensor([len(row) for row in s.tokens]) + accepted
+        keep = s.lengths + accepted
         s.target.cache.crop(keep)
         draft_runner.cache.crop(torch.minimum(keep, draft_runner.cache.held))
         return s.commit(*with_new_token(guesses, accepted, new_token), drafted=k, accepted=accepted)

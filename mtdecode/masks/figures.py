@@ -29,8 +29,8 @@ class LabelledMask:
     prefix: int
     title: str
 
-    def plot(self, path: str | Path | None = None):
-        """Draw it with `mtdecode.masks.plot`; saved to `path` if given. Returns the figure."""
+    def plot(self, path: str | Path | None = None, ax=None):
+        """Draw it with `mtdecode.masks.plot` (into `ax` if given); saved to `path` if given. Returns the figure."""
         return plot(
             self.mask,
             query_labels=self.query_labels,
@@ -38,6 +38,7 @@ class LabelledMask:
             prefix=self.prefix,
             title=self.title,
             path=path,
+            ax=ax,
         )
 
 
@@ -142,14 +143,7 @@ def plot_batch(figures: Sequence[LabelledMask], path: str | Path | None = None):
     rows = sum(f.mask.shape[0] for f in figures)
     fig, axes = plt.subplots(len(figures), 1, figsize=(max(4.0, 0.4 * columns + 2), 0.45 * rows + 1.6 * len(figures)))
     for ax, figure in zip([axes] if len(figures) == 1 else axes, figures, strict=True):
-        plot(
-            figure.mask,
-            query_labels=figure.query_labels,
-            key_labels=figure.key_labels,
-            prefix=figure.prefix,
-            title=figure.title,
-            ax=ax,
-        )
+        figure.plot(ax=ax)
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=110)

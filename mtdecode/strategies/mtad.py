@@ -203,8 +203,7 @@ def commit(
     log_ratio: Float[Tensor, " batch"],
 ) -> list[Step]:
     """Step 5: keep the accepted tokens' entries in both caches, commit, let the draft catch up."""
-    committed = torch.tensor([len(row) for row in s.tokens], device=s.device)
-    s.target.cache.crop(committed + accepted)
+    s.target.cache.crop(s.lengths + accepted)
     kept = torch.arange(path.shape[1], device=s.device) < accepted[:, None]
     draft.cache.keep(torch.where(kept, path, -1))  # the accepted beam tokens the draft has read, in order
     tokens, counts = with_new_token(block.clamp(min=0), accepted, new_token)

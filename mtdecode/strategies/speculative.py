@@ -141,8 +141,7 @@ def commit(
     k: Int[Tensor, " batch"],
 ) -> list[Step]:
     """Line 11: output the accepted guesses and the new token; roll both caches back to them."""
-    committed = torch.tensor([len(row) for row in s.tokens], device=s.device)
-    keep = committed + accepted  # cache entries to keep: the committed tokens, plus the accepted guesses
+    keep = s.lengths + accepted  # cache entries to keep: the committed tokens, plus the accepted guesses
     s.target.cache.crop(keep)
     draft.cache.crop(torch.minimum(keep, draft.cache.held))
     tokens, counts = with_new_token(guesses, accepted, new_token)

@@ -297,8 +297,7 @@ def _verify_other_than_fed(s, fed: list[list[int]], verified: list[list[int]]):
     logits = s.target.extend(rows, logits_to_keep=guesses.shape[1] + 1)
     p = s.sampler.probs(logits)
     verdict = verification.verify_candidates(p[:, 0], p[:, None, 1:], guesses[:, None, :], s.random, s.active)
-    committed = torch.tensor([len(row) for row in s.tokens], device=s.device)
-    s.target.cache.crop(committed + verdict.accepted)
+    s.target.cache.crop(s.lengths + verdict.accepted)
     yield s.commit(verdict.tokens, verdict.accepted + 1, drafted=(guesses >= 0).sum(1), accepted=verdict.accepted)
 
 
