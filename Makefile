@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-hosts setup bench docs figures lint clean
+.PHONY: demo test test-hosts setup bench docs figures lint clean tutorials students
 
 demo: $(STAMP)
 	$(PY) -m mtdecode.demo
@@ -14,7 +14,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
-	$(VENV)/bin/ruff check mtdecode tests benchmarks pytest_mtdecode.py
+	$(VENV)/bin/ruff check mtdecode tests benchmarks tutorials pytest_mtdecode.py
 
 # the host-sensitive tests under other hosts' CPU kernels and thread counts, in a shuffled order
 # (see tests/hosts.py; SEED=n repeats an order)
@@ -37,14 +37,22 @@ bench: $(STAMP)
 	mkdir -p build
 	$(VENV)/bin/mtdecode bench --json build/bench.json --plot build/bench.png
 
-docs: $(STAMP)
+# the course's notebooks, executed, for the docs site (make test does this too, in tests/test_tutorials.py)
+tutorials: $(STAMP)
+	$(PY) tutorials/build.py run
+
+# the student versions of the notebooks (solutions removed) in build/students/
+students: $(STAMP)
+	$(PY) tutorials/build.py students build/students
+
+docs: tutorials
 	$(VENV)/bin/mkdocs serve
 
 figures: $(STAMP)
 	$(PY) docs/render_figures.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check mtdecode tests benchmarks pytest_mtdecode.py
+	$(VENV)/bin/ruff check mtdecode tests benchmarks tutorials pytest_mtdecode.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis

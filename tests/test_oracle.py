@@ -94,7 +94,7 @@ def test_a_greedy_counterexample_is_shrunk_to_a_reproducer_that_fails():
 
 def test_assert_conforms_raises_with_the_summary():
     report = check_rejection_sampler(mutants.bonus_dropped)
-    with pytest.raises(AssertionError, match="bonus token is missing"):
+    with pytest.raises(AssertionError, match="the bonus token is missing"):
         assert_conforms(report)
 
 

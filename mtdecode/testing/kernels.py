@@ -129,11 +129,11 @@ def check_contract(output, drafted: list[int], vocab: int) -> list[int]:
     if tokens[:-1] != drafted[: len(tokens) - 1]:
         raise ContractError(f"returned {tokens}: the tokens before the last must be the drafted prefix of {drafted}")
     if len(tokens) <= k and tokens[-1] == drafted[len(tokens) - 1]:
-        if len(tokens) == k:
-            raise ContractError(
-                f"returned {tokens}: every drafted token {drafted} was accepted, the bonus token is missing"
-            )
-        raise ContractError(f"returned {tokens}: it stopped at drafted token {tokens[-1]} without rejecting it")
+        raise ContractError(
+            f"returned {tokens} for the drafted {drafted}: it ends on drafted token {tokens[-1]} with nothing after "
+            "it, so either the bonus token is missing (every guess was accepted) or a rejected guess came back as "
+            "the correction (the residual max(0, p - q) is 0 there)"
+        )
     return tokens
 
 
