@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-DEFAULT_EXAMPLES = 50
+DEFAULT_EXAMPLES = 30
 settings.register_profile(
     "default",
     max_examples=DEFAULT_EXAMPLES,
