@@ -237,8 +237,19 @@ def bench(args: argparse.Namespace) -> int:
         f"greedy, interleaved runs in one process; {seconds:.0f} s in all"
     )
     print_table(suite.TABLE_HEADER, suite.table(rows))
+    from mtdecode import tuning
+
+    choices = tuning.explain(model, draft)  # measured in the warm-up, served from the cache here
+    print("\nwhat the tuned strategies chose on this host, and why:\n" + "\n".join(f"- {line}" for line in choices))
     settings = dict(
-        model=args.model, draft=draft_wanted, tasks=tasks, options=options, seconds=round(seconds, 1), **size
+        model=args.model,
+        draft=draft_wanted,
+        tasks=tasks,
+        options=options,
+        seconds=round(seconds, 1),
+        tuning=choices,
+        forward_costs={n: round(t, 6) for n, t in tuning.forward_costs(model).items()},
+        **size,
     )
     if args.json:
         suite.write_json(args.json, rows, settings)

@@ -82,6 +82,7 @@ class Session:
         self.row_steps = [0] * len(self.tokens)  # steps recorded per row
         self.device = target.device
         self.runners: list[Runner] = []
+        self.resting: set[int] = set()  # ids of runners allowed to lag behind the committed tokens (`rest`)
         self.target = self.runner(target, role="target")
 
     # ---------------------------------------------------------------- the rows
@@ -153,9 +154,15 @@ class Session:
             )
         return self.runner(draft, role="draft")
 
+    def rest(self, runner: Runner) -> None:
+        """Let `runner` (a draft no row used this step) fall behind: it reads the tokens it missed,
+        `unread(runner)`, when it is next used, and `check` accepts the shorter cache."""
+        self.resting.add(id(runner))
+
     def catch_up(self, runner: Runner) -> None:
         """Feed `runner` the committed tokens it has not read, except the newest (after a step that
         accepted every guess, the draft has not read the last one yet)."""
+        self.resting.discard(id(runner))
         missing = [row[:-1] for row in self.unread(runner)]
         if any(missing):
             runner.extend(missing)
@@ -233,7 +240,7 @@ class Session:
 
     def check(self) -> None:
         """Raise `InvariantError` unless every cache holds each unfinished (or just finished) row's committed
-        tokens but the newest, none pending, and the target ran exactly one forward pass per step of each row."""
+        tokens but the newest (fewer for a resting draft), none pending, and the target ran exactly one forward pass per step of each row."""
         forwards = self.target.forwards
         for runner in self.runners:
             cache = runner.cache
@@ -245,7 +252,8 @@ class Session:
             lengths = cache.lengths.tolist()
             for b in range(self.batch):
                 expected = len(self.tokens[b]) - 1
-                if lengths[b] != expected:
+                behind = id(runner) in self.resting and lengths[b] < expected
+                if lengths[b] != expected and not behind:
                     raise InvariantError(
                         f"after step {forwards} the {runner.role} cache holds {lengths[b]} entries of row {b}; "
                         f"it must hold {expected} (the row's committed tokens but the newest)"

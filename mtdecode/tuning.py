@@ -27,6 +27,7 @@ import weakref
 
 import torch
 
+from mtdecode.drafting import DraftCosts
 from mtdecode.model import CausalLM, Runner
 
 #: numbers of new tokens whose forward cost is measured
@@ -82,11 +83,25 @@ def relative_cost(costs: dict[int, float], tokens: int) -> float:
     return (costs[below] + slope * (tokens - below)) / costs[1]
 
 
+def draft_costs(target: CausalLM, draft: CausalLM, *, longest: int = 32) -> DraftCosts:
+    """The costs `mtdecode.drafting.DraftLength` weighs, measured on this host: a draft forward and target
+    forwards over 1..`longest` tokens, in units of a 1-token target forward."""
+    target_costs, draft_costs_ = forward_costs(target), forward_costs(draft)
+    curve = [relative_cost(target_costs, n) for n in range(1, longest + 1)]
+    return DraftCosts(draft=draft_costs_[1] / target_costs[1], target=curve)
+
+
 def expected_tokens(w: int, n: int, g: int, hit_rate: float, *, prompt_pool: bool = False) -> float:
     """Predicted tokens per step: 1 + sum over i = 1..N-1 of 1 - (1 - a^i)^c,
     with c = G if the pool holds the prompt's n-grams, else min(G, W)."""
     useful = g if prompt_pool else min(g, w)
     return 1 + sum(1 - (1 - hit_rate**i) ** useful for i in range(1, n))
+
+
+def predicted_speedup(costs: dict[int, float], w: int, n: int, g: int, *, prompt_pool: bool = False) -> float:
+    """Predicted tokens per second of Lookahead(W, N, G) over greedy's: E[tokens per step] / relative cost."""
+    hit_rate = PROMPT_POOL_HIT_RATE if prompt_pool else HIT_RATE
+    return expected_tokens(w, n, g, hit_rate, prompt_pool=prompt_pool) / relative_cost(costs, (w + g) * (n - 1))
 
 
 def choose(
@@ -97,14 +112,15 @@ def choose(
     *,
     prompt_pool: bool = False,
 ) -> tuple[int, int, int]:
-    """The (W, N, G) with the best predicted speed-up; a value given is kept as it is."""
-    hit_rate = PROMPT_POOL_HIT_RATE if prompt_pool else HIT_RATE
+    """The (W, N, G) with the best predicted speed-up; a value given is kept as it is.
+
+    G = 0 is never chosen: a window whose n-grams nobody verifies costs and yields nothing.
+    """
     best: tuple[float, tuple[int, int, int]] | None = None
     for w in [window] if window is not None else range(1, MAX_WINDOW + 1):
         for n in [ngram] if ngram is not None else range(2, MAX_NGRAM + 1):
-            for g in [guesses] if guesses is not None else range(0, MAX_GUESSES + 1):
-                tokens = expected_tokens(w, n, g, hit_rate, prompt_pool=prompt_pool)
-                speed = tokens / relative_cost(costs, (w + g) * (n - 1))
+            for g in [guesses] if guesses is not None else range(1, MAX_GUESSES + 1):
+                speed = predicted_speedup(costs, w, n, g, prompt_pool=prompt_pool)
                 if best is None or speed > best[0]:
                     best = (speed, (w, n, g))
     assert best is not None  # every range above is non-empty
@@ -113,11 +129,48 @@ def choose(
 
 def lookahead_settings(
     model: CausalLM, window: int | None, ngram: int | None, guesses: int | None, *, prompt_pool: bool = False
-) -> tuple[int, int, int]:
-    """(W, N, G): the values given, and for any left as None the best choice for this model and device."""
+) -> tuple[int, int, int] | None:
+    """(W, N, G): the values given, and for any left as None the best choice for this model and device.
+
+    None when all three were left to the tuning and no setting is predicted to beat greedy here:
+    the caller should decode greedily (`explain` says why).
+    """
     if window is not None and ngram is not None and guesses is not None:
         return window, ngram, guesses
-    return choose(forward_costs(model), window, ngram, guesses, prompt_pool=prompt_pool)
+    costs = forward_costs(model)
+    w, n, g = choose(costs, window, ngram, guesses, prompt_pool=prompt_pool)
+    if window is None and ngram is None and guesses is None:
+        if predicted_speedup(costs, w, n, g, prompt_pool=prompt_pool) <= 1:
+            return None
+    return w, n, g
+
+
+def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
+    """One line per tuned strategy: what it chose on this host and why (printed by `mtdecode bench`)."""
+    costs = forward_costs(model)
+    curve = ", ".join(f"{n}: {relative_cost(costs, n):.2f}x" for n in (2, 4, 8, 16))
+    lines = [f"forward over n tokens against 1 token on this host: {curve}"]
+    for pool in (False, True):
+        w, n, g = choose(costs, prompt_pool=pool)
+        speed = predicted_speedup(costs, w, n, g, prompt_pool=pool)
+        name = f"Lookahead(prompt_pool={pool})"
+        if speed > 1:
+            lines.append(f"{name}: W={w}, N={n}, G={g}, predicted {speed:.2f}x greedy")
+        else:
+            lines.append(
+                f"{name}: decodes greedily; its best setting W={w}, N={n}, G={g} is predicted at only {speed:.2f}x "
+                f"greedy, because a forward over {(w + g) * (n - 1)} tokens costs "
+                f"{relative_cost(costs, (w + g) * (n - 1)):.2f}x one token"
+            )
+    if draft is not None:
+        c = draft_costs(model, draft)
+        break_even = c.draft + c.t(2) - c.t(1)
+        lines.append(
+            f"Speculative/MTAD: a draft forward costs {c.draft:.2f} of a target forward, one more verified token "
+            f"{c.t(2) - c.t(1):.2f}; a first guess pays only if the draft is accepted more than "
+            f"{break_even:.0%} of the time (rows whose acceptance falls below decode greedily)"
+        )
+    return lines
 
 
 def main() -> None:
@@ -130,9 +183,8 @@ def main() -> None:
     costs = forward_costs(model)
     print("new tokens:  " + "  ".join(f"{n:>5}" for n in costs))
     print("vs 1 token:  " + "  ".join(f"{relative_cost(costs, n):5.2f}" for n in costs))
-    for prompt_pool in (False, True):
-        w, n, g = choose(costs, prompt_pool=prompt_pool)
-        print(f"Lookahead(prompt_pool={prompt_pool}) picks W={w}, N={n}, G={g}: {(w + g) * (n - 1)} tokens per forward")
+    for line in explain(model)[1:]:
+        print(line)
 
 
 if __name__ == "__main__":

@@ -122,6 +122,11 @@ def test_bench_quick_on_a_tiny_model(folders, capsys, tmp_path):
     assert [asdict(row) for row in read_json(out_json)] == rows
     assert out_png.read_bytes()[:4] == b"\x89PNG"
     assert "hf-prompt-lookup" in out and "speed-up" in out
+    # the host and what the tuned strategies chose there, with why
+    assert document["machine"]["cpu_model"]
+    assert any(line.startswith("Lookahead(prompt_pool=False)") for line in document["settings"]["tuning"])
+    assert any(line.startswith("Speculative/MTAD") for line in document["settings"]["tuning"])
+    assert "what the tuned strategies chose on this host" in out
 
 
 @pytest.mark.parametrize(

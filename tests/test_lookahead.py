@@ -164,6 +164,23 @@ def test_tuning_picks_small_inputs_when_forwards_grow_and_large_ones_when_they_d
     assert tuning.relative_cost({1: 1.0, 4: 2.0, 8: 4.0}, 10) == 5.0
 
 
+def test_tuned_lookahead_decodes_greedily_where_no_setting_can_win(monkeypatch):
+    """A host where a forward over 2 tokens already costs 1.9x one token: no (W, N, G) is predicted to
+    beat greedy, so Lookahead() decodes at greedy cost and says why; where forwards are flat it looks ahead."""
+    m = mtdecode.model.CausalLM.wrap(model())
+    steep = {n: 1.0 if n == 1 else 0.9 * n + 0.1 for n in tuning.SIZES}
+    monkeypatch.setattr(tuning, "forward_costs", lambda _model: steep)
+    assert tuning.lookahead_settings(m, None, None, None) is None
+    assert tuning.lookahead_settings(m, 2, None, None) is not None  # a value given: the user asked for lookahead
+    result = assert_greedy_parity(m, [1, 2, 3], Lookahead(), max_new_tokens=12)
+    assert result.stats.target_forwards == 12 and all(step.drafted == 0 for step in result.steps)
+    assert "decodes greedily" in tuning.explain(m)[1]
+    flat = {n: 1.0 for n in tuning.SIZES}
+    monkeypatch.setattr(tuning, "forward_costs", lambda _model: flat)
+    w, n, g = tuning.lookahead_settings(m, None, None, None)
+    assert g >= 1 and "predicted" in tuning.explain(m)[1]
+
+
 def test_tuned_lookahead_measures_once_and_decodes_exactly():
     m = mtdecode.model.CausalLM.wrap(model())
     result = assert_greedy_parity(m, [1, 2, 3], Lookahead(), max_new_tokens=10)

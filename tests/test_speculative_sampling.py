@@ -5,6 +5,9 @@ sampling is enumerated exactly (512 blocks); 20,000 seeded speculative runs with
 per step (so one step covers all 3 tokens: accept, reject-and-correct, and bonus paths)
 are compared with it by a chi-square test at a false-alarm rate of 1e-3
 (`mtdecode.testing.stats`). The same test is shown to fail on three wrong verifiers.
+
+With the stopping rule on (`mtdecode.drafting`, costs chosen so that rows draft 1 or 2
+guesses by q's confidence) the law is the same; a rule that peeks at p is caught.
 """
 
 import functools
@@ -13,6 +16,7 @@ import pytest
 import torch
 
 from mtdecode import Sampler
+from mtdecode.drafting import DraftCosts
 from mtdecode.sampling import draw
 from mtdecode.strategies import speculative
 from mtdecode.strategies.speculative import Speculative
@@ -48,6 +52,63 @@ def check(sampler: Sampler):
 def test_speculative_sampling_matches_autoregressive(name):
     result = check(SETTINGS[name])
     assert result.passed, str(result)
+
+
+# ---- the stopping rule: guesses drafted until q is unsure
+
+#: cheap drafting: at the first step a row drafts a second guess iff q gave its first more than about 0.35
+CHEAP = DraftCosts(draft=0.05, target=[1.0, 1.1, 1.2, 1.3])
+
+
+def with_rule() -> Speculative:
+    return Speculative(pair()[1], max_draft_tokens=2, costs=CHEAP)
+
+
+def test_the_rule_drafts_one_or_two_guesses_here():
+    """The law test below is only worth something if the rule really varies the number of guesses."""
+    import mtdecode
+
+    result = mtdecode.generate(pair()[0], [PROMPT] * 200, with_rule(), max_new_tokens=3, temperature=1.0, seed=0)
+    first = [result.steps_of(b)[0].drafted for b in range(200)]
+    assert set(first) == {1, 2}, first
+
+
+@pytest.mark.parametrize("name", SETTINGS)
+def test_speculative_sampling_with_the_stopping_rule_matches_autoregressive(name):
+    target, _ = pair()
+    result = check_distribution(
+        target, PROMPT, with_rule(), n=3, sampler=SETTINGS[name], samples=SAMPLES, false_alarm=FALSE_ALARM
+    )
+    assert result.passed, str(result)
+
+
+_draft_tokens = speculative.draft_tokens
+
+
+def stop_where_p_is_unsure(s, draft, k, length=None):
+    """Wrong: the draft is cut at the first guess the *target* gives less than 0.3. The cut chooses which
+    guesses are proposed with knowledge of the verifier, so the output is no longer p."""
+    guesses, q, drafted = _draft_tokens(s, draft, k, length)
+    if guesses.shape[1] == 0:
+        return guesses, q, drafted
+    rows = [tokens + guess for tokens, guess in zip(s.tokens, guesses.tolist(), strict=True)]
+    width = max(map(len, rows))
+    ids = torch.tensor([row + [0] * (width - len(row)) for row in rows])  # right padding: causal, harmless
+    logits = s.target.model.hf(ids).logits  # (batch, width, vocab), no cache
+    at = torch.tensor([len(t) - 1 for t in s.tokens])[:, None] + torch.arange(guesses.shape[1])  # before guess i
+    p = s.sampler.probs(logits[torch.arange(len(rows))[:, None], at])  # (batch, guesses, vocab)
+    unsure = p.gather(2, guesses[..., None])[..., 0] < 0.3
+    first = torch.where(unsure.any(1), unsure.long().argmax(1), guesses.shape[1])
+    return guesses, q, torch.minimum(drafted, first)
+
+
+def test_the_test_rejects_a_stopping_rule_that_peeks_at_p(monkeypatch):
+    monkeypatch.setattr(speculative, "draft_tokens", stop_where_p_is_unsure)
+    target, _ = pair()
+    result = check_distribution(
+        target, PROMPT, with_rule(), n=3, sampler=SETTINGS["plain"], samples=SAMPLES, false_alarm=FALSE_ALARM
+    )
+    assert not result.passed, f"a stopping rule that peeks at p was not caught: {result}"
 
 
 # ---- mutants: each breaks one line of Algorithm 1; the same test must reject it

@@ -267,11 +267,30 @@ def write_json(path: str | Path, rows: Sequence[Row], settings: dict) -> None:
         cpus=os.cpu_count(),
         platform=platform.platform(),
         processor=platform.processor() or platform.machine(),
+        cpu_model=cpu_model(),
+        cpu_flags=sorted({"avx2", "avx512f", "avx512_vnni", "amx_tile"} & set(_cpu_info("flags").split())),
         torch=torch.__version__,
         torch_threads=torch.get_num_threads(),
     )
     document = dict(settings=settings, machine=machine, rows=[asdict(r) for r in rows])
     Path(path).write_text(json.dumps(document, indent=1) + "\n")
+
+
+def _cpu_info(field: str) -> str:
+    """The first `field` line of /proc/cpuinfo ('' where there is none, e.g. not Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == field:
+                return value.strip()
+    except OSError:
+        pass
+    return ""
+
+
+def cpu_model() -> str:
+    """The CPU's model name, e.g. 'AMD EPYC 7B13' (the platform's processor string where /proc/cpuinfo is missing)."""
+    return _cpu_info("model name") or platform.processor() or platform.machine()
 
 
 def read_json(path: str | Path) -> list[Row]:

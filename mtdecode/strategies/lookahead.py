@@ -31,7 +31,8 @@ have the same shape, and a row with fewer candidates than another is padded with
 
 If W, N or G is left as None, it is chosen from the measured forward cost of the model on
 its device (`mtdecode.tuning`): the paper's A100 defaults (W=7, N=5, G=7, about 56 tokens
-per forward) are slower than greedy on a small CPU.
+per forward) are slower than greedy on a small CPU. When all three are left as None and no
+setting is predicted to beat greedy on the host, `Lookahead()` decodes greedily instead.
 """
 
 from collections import OrderedDict
@@ -44,6 +45,7 @@ from mtdecode import tuning
 from mtdecode.masks import LookaheadLayout
 from mtdecode.model import left_pad
 from mtdecode.session import Session, Step
+from mtdecode.strategies.autoregressive import Autoregressive
 from mtdecode.strategies.jacobi import prompt_tokens
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.verification import NONE, verify_candidates
@@ -73,9 +75,13 @@ class Lookahead:
                 raise ValueError(f"{name} must be None (tuned) or an integer >= {least}, got {value!r}")
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
-        w, n, g = tuning.lookahead_settings(
+        settings = tuning.lookahead_settings(
             s.target.model, self.window, self.ngram, self.guesses, prompt_pool=self.prompt_pool
         )
+        if settings is None:  # no setting is predicted to beat greedy on this host (`tuning.explain`)
+            yield from Autoregressive().decode(s)
+            return
+        w, n, g = settings
         pools = [NgramPool(per_key=g) for _ in range(s.batch)]  # one pool per row
         if self.prompt_pool:
             for pool, tokens in zip(pools, s.tokens, strict=True):

@@ -14,6 +14,12 @@ Per step, with x0 the newest committed token and k guesses:
              if all k were kept, draw a bonus token from p_{k+1}          (lines 7-10)
 5. commit:   the accepted guesses and the new token; roll both caches back to them.
 
+How many guesses: by default each row drafts until the draft is unsure (`mtdecode.drafting`):
+another guess is drawn while its expected tokens per added cost, judged from q's confidence
+and the costs measured on this host, beat the step's rate so far; at most `max_draft_tokens`.
+The rule never looks at p, so the output stays exactly p (or greedy). `num_draft_tokens=k`
+fixes k instead, as in the paper.
+
 In a batch every row runs these steps on its own: its own k (fewer near the end of its
 budget), its own guesses and draws, its own number of accepted guesses.
 
@@ -28,6 +34,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from mtdecode import tuning
+from mtdecode.drafting import DraftCosts, DraftLength
 from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Session, Step, with_new_token
@@ -42,51 +50,79 @@ class Speculative:
 
     - `draft`: the draft model q (a transformers causal LM or a `CausalLM`); it must share
       the target's vocabulary and device.
-    - `num_draft_tokens`: guesses per step (k), at least 1.
+    - `num_draft_tokens`: a fixed number of guesses per step (k >= 1); None (the default): each
+      row drafts until the draft is unsure (`mtdecode.drafting`), at most `max_draft_tokens`.
+    - `max_draft_tokens`: the most guesses per step when k is not fixed.
+    - `costs`: the `DraftCosts` the stopping rule weighs; None: measured on this host
+      (`mtdecode.tuning.draft_costs`), once per model pair and process. Pass them to make
+      seeded sampling repeat exactly across processes, since measured costs vary a little.
     """
 
     draft: CausalLM | PreTrainedModel
-    num_draft_tokens: int = 4
+    num_draft_tokens: int | None = None
+    max_draft_tokens: int = 20
+    costs: DraftCosts | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_draft_tokens, bool) or self.num_draft_tokens < 1:
-            raise ValueError(f"num_draft_tokens must be an integer >= 1, got {self.num_draft_tokens!r}")
+        for name in ("num_draft_tokens", "max_draft_tokens"):
+            value = getattr(self, name)
+            if name == "num_draft_tokens" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
         draft = s.draft_runner(self.draft)
+        length = None
+        if self.num_draft_tokens is None:
+            costs = self.costs or tuning.draft_costs(s.target.model, draft.model)
+            length = DraftLength(costs, s.batch, s.device)
         while not s.done:
-            k = s.budget(self.num_draft_tokens)  # (batch,): the step adds one token of its own
-            guesses, q = draft_tokens(s, draft, k)
+            k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
+            guesses, q, k = draft_tokens(s, draft, k, length)
             p = verify(s, guesses)
             accepted = accept(guesses, p, q, k, s.random, s.active)
             new_token = correct(p, q, accepted, k, s.random, s.active)
+            if length is not None:
+                length.record(k, accepted)
             yield commit(s, draft, guesses, accepted, new_token, k)
 
 
 def draft_tokens(
-    s: Session, draft: Runner, k: Int[Tensor, " batch"]
-) -> tuple[Int[Tensor, "batch k"], Float[Tensor, "batch k vocab"]]:
-    """Algorithm 1, lines 1-3: k[b] guesses per row from q, one draft forward each; also q_1..q_k.
+    s: Session, draft: Runner, k: Int[Tensor, " batch"], length: DraftLength | None = None
+) -> tuple[Int[Tensor, "batch guesses"], Float[Tensor, "batch guesses vocab"], Int[Tensor, " batch"]]:
+    """Algorithm 1, lines 1-3: up to k[b] guesses per row from q, one draft forward each; also q_1..q_k,
+    and how many guesses each row drew (k[b], or fewer where `length` stopped the row).
 
-    Every row feeds the widest row's number of tokens; a row with fewer guesses draws none
-    past its own (its later columns are never used).
+    Every row feeds the widest row's number of tokens; a row that has stopped draws nothing more
+    (its later columns are never used).
     """
     guesses, q_rows = [], []
+    going = s.active & (k > 0)
+    if length is not None:
+        going &= length.start()
+    drafted = torch.zeros_like(k)
     feed = s.unread(draft)  # ragged at first (prompts), then each row's x0
-    for i in range(int(k.max())):
-        q_i = s.sampler.probs(draft.extend(feed, logits_to_keep=1)[:, -1])  # (batch, vocab)
-        d_i = draw(q_i, s.random, rows=s.active & (k > i))  # (batch,)
+    while bool(going.any()):
+        logits = draft.extend(feed, logits_to_keep=1)[:, -1]  # (batch, vocab)
+        q_i = s.sampler.probs(logits)
+        d_i = draw(q_i, s.random, rows=going)  # (batch,)
+        drafted += going.long()
+        going &= drafted < k
+        if length is not None:  # the stopping rule reads q only (at temperature 0, the draft's softmax)
+            judged = torch.softmax(logits.double(), dim=-1) if s.sampler.greedy else q_i
+            going &= length.more(judged.gather(1, d_i[:, None])[:, 0])
         feed = d_i[:, None]
         guesses.append(d_i)
         q_rows.append(q_i)
     if not guesses:
         vocab = draft.model.vocab_size
         empty = torch.empty(s.batch, 0, dtype=torch.long, device=s.device)
-        return empty, torch.empty(s.batch, 0, vocab, dtype=draft.model.dtype, device=s.device)
-    return torch.stack(guesses, dim=1), torch.stack(q_rows, dim=1)
+        return empty, torch.empty(s.batch, 0, vocab, dtype=draft.model.dtype, device=s.device), drafted
+    return torch.stack(guesses, dim=1), torch.stack(q_rows, dim=1), drafted
 
 
-def verify(s: Session, guesses: Int[Tensor, "batch k"]) -> Float[Tensor, "batch k_plus_1 vocab"]:
+def verify(s: Session, guesses: Int[Tensor, "batch guesses"]) -> Float[Tensor, "batch guesses_plus_1 vocab"]:
     """Algorithm 1, line 4: p_1..p_{k+1} from one target forward over each row's unread context and d_1..d_k.
 
     On the first step the context is the whole prompt: the prefill and the first verification share one forward.
@@ -146,5 +182,8 @@ def commit(
     draft.cache.crop(torch.minimum(keep, draft.cache.held))
     tokens, counts = with_new_token(guesses, accepted, new_token)
     steps = s.commit(tokens, counts, drafted=k, accepted=accepted)
-    s.catch_up(draft)  # if every guess was accepted, the draft has not read the last one yet
+    if bool((k > 0).any()):
+        s.catch_up(draft)  # if every guess was accepted, the draft has not read the last one yet
+    else:
+        s.rest(draft)  # no row drafted: the draft reads the new tokens when it is next used
     return steps

@@ -1,0 +1,139 @@
+"""When to stop drafting: draft one more guess while it is expected to pay for itself.
+
+A speculative step with k guesses costs, in units of one 1-token target forward,
+
+    T(k) = t(k + 1) + k c          t(n): a target forward over n tokens;  c: a draft forward
+
+and yields E(k) = 1 + pi_1 + ... + pi_k tokens on average, where pi_i is the chance that
+guesses 1..i are all accepted. Over many steps the speed is E/T (tokens per unit of cost), so
+one more guess raises it if and only if its expected tokens per added cost beat the step's
+rate so far:
+
+    pi_i * a / (c + t(i + 2) - t(i + 1))  >  E(i) / T(i)                        (rule)
+
+- pi_i is estimated from the draft's own confidence in each guess (q's probability of the
+  token it drew; at temperature 0 the draft's softmax), calibrated per row by how often
+  guesses of that confidence were accepted earlier in the run;
+- a, the chance that the next, not yet drafted guess is accepted, is the row's acceptance
+  rate so far;
+- t and c are measured on the host (`mtdecode.tuning.draft_costs`).
+
+This is transformers' `assistant_confidence_threshold` (stop when the draft's confidence in
+its last guess falls below 0.4) with the threshold derived from measured costs and acceptance
+instead of fixed, and with the whole chain's survival instead of the last guess alone.
+
+**Exactness.** The rule reads only q and the results of earlier steps, never this step's p:
+the number of guesses is fixed before the target verifies them, and Leviathan et al.'s
+argument (each position's output is p whatever the guess was) holds for any such k. A rule
+that looks at p is wrong (`mtdecode.testing.mutants.stop_rule_peeks_at_p`). A guess is never
+dropped after it was drawn: that would condition it on its own value, and it would no longer
+be a draw from q.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
+
+#: confidence bins of the per-row calibration (equal widths over [0, 1])
+BINS = 10
+#: pseudo-observations per bin at the draft's own confidence, before the row has seen any
+PRIOR = 2.0
+
+
+@dataclass(frozen=True)
+class DraftCosts:
+    """What a step costs, in units of one 1-token target forward.
+
+    **Arguments:**
+
+    - `draft`: c, one draft forward (over one token per row).
+    - `target`: t(1), t(2), ...: a target forward over 1, 2, ... tokens (so `target[0]` is 1).
+    """
+
+    draft: float | int
+    target: Sequence[float | int]
+
+    def __post_init__(self) -> None:
+        if not self.draft > 0 or len(self.target) < 2 or any(not t > 0 for t in self.target):
+            raise ValueError(f"costs must be positive, with t(1) and t(2) at least, got {self}")
+
+    def t(self, tokens: int) -> float:
+        """t(tokens); past the last measured size the last step is continued."""
+        if tokens <= len(self.target):
+            return self.target[tokens - 1]
+        step = self.target[-1] - self.target[-2]
+        return self.target[-1] + step * (tokens - len(self.target))
+
+    def step(self, guesses: int) -> float:
+        """T(k) = t(k + 1) + k c."""
+        return self.t(guesses + 1) + guesses * self.draft
+
+
+class DraftLength:
+    """The rule above, for each row of a batch; `start` a step, ask `more` after each guess, then `record`.
+
+    **Arguments:**
+
+    - `costs`: the measured `DraftCosts`.
+    - `batch`: rows.
+    - `device`: where the row tensors live.
+    """
+
+    def __init__(self, costs: DraftCosts, batch: int, device: torch.device) -> None:
+        self.costs = costs
+        self.hits = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # accepted guesses per bin
+        self.tries = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # verified guesses per bin
+        self.start()
+
+    def start(self) -> Bool[Tensor, " batch"]:
+        """A new step, no guess drafted yet: which rows should draft a first guess (the rule with i = 0,
+        pi_0 = 1, E(0) = 1, T(0) = 1: a draft whose acceptance cannot pay for a guess is not used)."""
+        batch, device = self.hits.shape[0], self.hits.device
+        self.survive = torch.ones(batch, dtype=torch.float64, device=device)  # pi_i
+        self.expected = torch.ones(batch, dtype=torch.float64, device=device)  # E(i)
+        self.confidences: list[Float[Tensor, " batch"]] = []
+        return self.pays()
+
+    def more(self, confidence: Float[Tensor, " batch"]) -> Bool[Tensor, " batch"]:
+        """After guess i, drawn with the draft's `confidence` in it: which rows should draft guess i + 1."""
+        confidence = confidence.double().clamp(0, 1)
+        self.confidences.append(confidence)
+        self.survive = self.survive * self.calibrated(confidence)  # pi_i = pi_{i-1} * P(guess i accepted)
+        self.expected = self.expected + self.survive  # E(i)
+        return self.pays()
+
+    def pays(self) -> Bool[Tensor, " batch"]:
+        """(rule) for guess i + 1, i the guesses drafted so far."""
+        i = len(self.confidences)
+        added = self.costs.draft + self.costs.t(i + 2) - self.costs.t(i + 1)
+        return self.survive * self.acceptance() * self.costs.step(i) > self.expected * added
+
+    def calibrated(self, confidence: Float[Tensor, " batch"]) -> Float[Tensor, " batch"]:
+        """P(accepted | confidence), from this row's history in the confidence's bin, starting at the confidence."""
+        column = bin_of(confidence)[:, None]
+        hits, tries = self.hits.gather(1, column)[:, 0], self.tries.gather(1, column)[:, 0]
+        return (hits + PRIOR * confidence) / (tries + PRIOR)
+
+    def acceptance(self) -> Float[Tensor, " batch"]:
+        """The row's acceptance rate so far (one accepted and one rejected guess as a prior)."""
+        return (self.hits.sum(1) + 1) / (self.tries.sum(1) + 2)
+
+    def record(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
+        """After verification: guesses 1..accepted were accepted, guess accepted + 1 (if drafted) was not."""
+        if not self.confidences:
+            return
+        confidence = torch.stack(self.confidences, dim=1)  # (batch, guesses)
+        position = torch.arange(confidence.shape[1], device=confidence.device)
+        tried = (position <= accepted[:, None]) & (position < drafted[:, None])
+        hit = position < accepted[:, None]
+        bins = bin_of(confidence)
+        self.tries.scatter_add_(1, bins, tried.double())
+        self.hits.scatter_add_(1, bins, hit.double())
+
+
+def bin_of(confidence: Float[Tensor, "*shape"]) -> Int[Tensor, "*shape"]:
+    """The calibration bin of each confidence in [0, 1]."""
+    return (confidence * BINS).long().clamp(0, BINS - 1)

@@ -1,0 +1,114 @@
+"""Drafts that stop when unsure (`mtdecode.drafting`): the rule's arithmetic, greedy parity with
+the rule on (float64), and a draft that cannot pay for itself is not used. The sampling law
+with the rule on is in test_speculative_sampling.py."""
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mtdecode
+from mtdecode.drafting import BINS, DraftCosts, DraftLength
+from mtdecode.strategies.speculative import Speculative
+from mtdecode.testing import assert_greedy_parity, tiny_model
+from mtdecode.testing.models import perturbed
+
+VOCAB = 32
+
+
+@functools.cache
+def pair():
+    target = tiny_model("llama", vocab_size=VOCAB, seed=3)
+    return target, perturbed(target, 0.1, seed=1)
+
+
+def linear(draft: float, slope: float, sizes: int = 8) -> DraftCosts:
+    """c = `draft`, t(n) = 1 + slope (n - 1)."""
+    return DraftCosts(draft=draft, target=[1 + slope * n for n in range(sizes)])
+
+
+def test_the_rule_by_hand():
+    costs = linear(0.1, 0.2)
+    length = DraftLength(costs, batch=2, device=torch.device("cpu"))
+    # no history: acceptance a = 1/2; guess 1 costs c + t(2) - t(1) = 0.3 against a rate of 1: 0.5 > 0.3
+    assert length.start().tolist() == [True, True]
+    # guess 1 drawn with confidence 0.9 (row 0) and 0.05 (row 1); calibrated = confidence (prior only)
+    more = length.more(torch.tensor([0.9, 0.05], dtype=torch.float64))
+    # row 0: pi_1 = 0.9, E(1) = 1.9, T(1) = t(2) + c = 1.3; another guess: 0.9 * 0.5 * 1.3 = 0.585 > 1.9 * 0.3 = 0.57
+    # row 1: pi_1 = 0.05, E(1) = 1.05: 0.05 * 0.5 * 1.3 = 0.0325 < 1.05 * 0.3
+    assert more.tolist() == [True, False]
+
+
+def test_record_counts_the_guesses_each_row_tried():
+    length = DraftLength(linear(0.1, 0.2), batch=2, device=torch.device("cpu"))
+    length.start()
+    for confidence in (0.95, 0.55, 0.15):
+        length.more(torch.tensor([confidence, confidence], dtype=torch.float64))
+    # row 0 drafted 3 and kept 1 (guess 2 rejected, guess 3 never judged); row 1 drafted 2 and kept both
+    length.record(drafted=torch.tensor([3, 2]), accepted=torch.tensor([1, 2]))
+    tries, hits = torch.zeros(2, BINS), torch.zeros(2, BINS)
+    tries[0, 9] = tries[0, 5] = hits[0, 9] = 1
+    tries[1, 9] = tries[1, 5] = hits[1, 9] = hits[1, 5] = 1
+    assert torch.equal(length.tries.float(), tries) and torch.equal(length.hits.float(), hits)
+    # row 0's guesses of confidence 0.55 were rejected 1 time in 1: (0 + 2 * 0.55) / (1 + 2)
+    calibrated = length.calibrated(torch.tensor([0.55, 0.55], dtype=torch.float64))
+    assert calibrated.tolist() == pytest.approx([1.1 / 3, 2.1 / 3])
+
+
+@given(
+    prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=10),
+    max_new_tokens=st.integers(0, 30),
+    draft_cost=st.floats(0.01, 1.0),
+    slope=st.floats(0.0, 1.0),
+    most=st.integers(1, 12),
+)
+def test_greedy_equals_autoregressive_with_the_rule_on(prompt, max_new_tokens, draft_cost, slope, most):
+    target, draft = pair()
+    strategy = Speculative(draft, max_draft_tokens=most, costs=linear(draft_cost, slope))
+    result = assert_greedy_parity(target, prompt, strategy, max_new_tokens=max_new_tokens)
+    assert all(step.drafted <= most for step in result.steps)
+
+
+def test_the_rule_drafts_long_when_cheap_and_sure_and_not_at_all_when_it_cannot_pay():
+    target, _ = pair()
+    same = Speculative(target, max_draft_tokens=12, costs=linear(0.01, 0.0))  # the target drafts for itself
+    steps = mtdecode.generate(target, [1, 2, 3], same, max_new_tokens=80).steps
+    # a tiny random model is unsure of everything (confidence ~ 0.1); every guess is accepted, the
+    # calibration learns it, and the drafts grow to the maximum
+    drafted = [step.drafted for step in steps]
+    assert drafted[0] < 12 and max(drafted) == 12 and all(step.accepted == step.drafted for step in steps)
+    # a draft forward as dear as the target's, and a flat curve: a guess accepted half the time never pays
+    dear = Speculative(pair()[1], costs=linear(1.0, 0.0))
+    result = mtdecode.generate(target, [1, 2, 3], dear, max_new_tokens=20)
+    assert {step.drafted for step in result.steps} == {0}
+    assert result.stats.target_forwards == 20
+
+
+def test_measured_costs_are_used_when_none_are_given(monkeypatch):
+    """Speculative() measures the costs on the host (`mtdecode.tuning.draft_costs`) when `costs` is None."""
+    seen = []
+
+    def fake(target, draft):
+        seen.append((target, draft))
+        return linear(0.05, 0.1)
+
+    monkeypatch.setattr(mtdecode.tuning, "draft_costs", fake)
+    target, draft = pair()
+    result = mtdecode.generate(target, [4, 5], Speculative(draft), max_new_tokens=10)
+    assert len(seen) == 1 and max(step.drafted for step in result.steps) >= 1
+
+
+@pytest.mark.parametrize(
+    "costs, message",
+    [({"draft": 0.0, "target": [1, 2]}, "positive"), ({"draft": 0.1, "target": [1]}, "t\\(2\\)")],
+)
+def test_nonsense_costs_are_refused(costs, message):
+    with pytest.raises(ValueError, match=message):
+        DraftCosts(**costs)
+
+
+def test_nonsense_maximum_is_refused():
+    with pytest.raises(ValueError, match="max_draft_tokens"):
+        Speculative(pair()[1], max_draft_tokens=0)
