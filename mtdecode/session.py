@@ -240,7 +240,8 @@ class Session:
 
     def check(self) -> None:
         """Raise `InvariantError` unless every cache holds each unfinished (or just finished) row's committed
-        tokens but the newest (fewer for a resting draft), none pending, and the target ran exactly one forward pass per step of each row."""
+        tokens but the newest (fewer for a resting draft), none pending, and the target ran exactly one forward
+        pass per step of each row."""
         forwards = self.target.forwards
         for runner in self.runners:
             cache = runner.cache
