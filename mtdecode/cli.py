@@ -81,6 +81,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--draft", help=f"draft model for strategies that need one (default with the embedded model: {DRAFT_MODEL})"
     )
     parser.add_argument("--device", default="cpu", help="torch device for the models (cpu, cuda, ...)")
+    parser.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="int8: the target and the draft with int8 linear layers (CPU; cheaper, different models: see load_model)",
+    )
 
 
 def check_output(path: str | None, option: str) -> None:
@@ -118,13 +123,13 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: torch sees no CUDA GPU on this machine")
 
 
-def load(name: str, device: str):
+def load(name: str, device: str, quantize: str | None = None):
     """`mtdecode.load_model`, with its failures turned into one-line usage errors."""
     check_model_name(name)
     check_device(device)
-    print(f"loading {name} ...", file=sys.stderr, flush=True)
+    print(f"loading {name}{' (int8)' if quantize else ''} ...", file=sys.stderr, flush=True)
     try:
-        return mtdecode.load_model(name, device=device)
+        return mtdecode.load_model(name, device=device, quantize=quantize)
     except (OSError, ValueError, RuntimeError, mtdecode.UnsupportedModelError) as error:
         raise UsageError(f"cannot load model {name!r}: {_first_line(error)}") from error
 
@@ -149,10 +154,10 @@ def generate(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.strategy} takes no draft model; --draft is for: {', '.join(_drafted())}")
     draft_wanted = draft_name(args, needs_draft(strategy_class), args.strategy)
 
-    model = load(args.model, args.device)
+    model = load(args.model, args.device, args.quantize)
     tokenizer = mtdecode.load_tokenizer(args.model)
     if draft_wanted is not None:
-        settings["draft"] = load(draft_wanted, args.device)
+        settings["draft"] = load(draft_wanted, args.device, args.quantize)
     try:
         strategy = strategy_class(**settings)
     except (TypeError, ValueError) as error:
@@ -220,9 +225,9 @@ def bench(args: argparse.Namespace) -> int:
     draft_wanted = draft_name(args, bool(drafted), " and ".join(drafted))
 
     start = time.perf_counter()
-    model = load(args.model, args.device)
+    model = load(args.model, args.device, args.quantize)
     tokenizer = mtdecode.load_tokenizer(args.model)
-    draft = load(draft_wanted, args.device) if draft_wanted else None
+    draft = load(draft_wanted, args.device, args.quantize) if draft_wanted else None
     _quiet_transformers()
     try:
         rows = suite.run(
@@ -243,6 +248,7 @@ def bench(args: argparse.Namespace) -> int:
     print("\nwhat the tuned strategies chose on this host, and why:\n" + "\n".join(f"- {line}" for line in choices))
     settings = dict(
         model=args.model,
+        quantize=args.quantize,
         draft=draft_wanted,
         tasks=tasks,
         options=options,

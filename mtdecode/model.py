@@ -79,7 +79,8 @@ class CausalLM:
     @property
     def vocab_size(self) -> int:
         """Width of the model's output layer (the size of p over tokens)."""
-        return self.hf.get_output_embeddings().weight.shape[0]
+        head = self.hf.get_output_embeddings()
+        return int(getattr(head, "out_features", None) or head.weight.shape[0])
 
     @property
     def max_length(self) -> int:

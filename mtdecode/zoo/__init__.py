@@ -18,6 +18,7 @@ import torch
 from filelock import FileLock
 
 from mtdecode.model import CausalLM
+from mtdecode.zoo.int8 import int8_linears
 from mtdecode.zoo.skinny import skinny_linears
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -34,6 +35,7 @@ def load_model(
     *,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
+    quantize: str | None = None,
 ) -> CausalLM:
     """Load a causal LM by name and return its `CausalLM` adapter (in eval mode).
 
@@ -43,20 +45,32 @@ def load_model(
       draft that ships with mtdecode), a local model folder, or a hub id.
     - `device`: where the weights go (`"cpu"`, `"cuda"`, ...).
     - `dtype`: the weights' dtype (float32 by default; float64 for exactness tests).
+    - `quantize`: `None` (the float model), or `"int8"`: every linear layer becomes an
+      `Int8Linear` (`mtdecode.zoo.int8`: int8 weights, each token's activations quantized on
+      their own, integer products; CPU and float32 only). Forwards get cheaper, multi-token
+      forwards much cheaper, but it is a different model: its greedy output differs from
+      float32's (`docs/benchmark.md` gives agreement and perplexity). Every strategy stays
+      exact with respect to the model it is given.
 
     **Returns:**
 
     A `CausalLM`; its transformers model is `.hf`. On CPU its linear layers are
-    `SkinnyLinear` (a faster product for a few rows; `mtdecode.zoo.skinny`).
+    `SkinnyLinear` (a faster product for a few rows; `mtdecode.zoo.skinny`), or int8.
     """
     from transformers import AutoModelForCausalLM
 
+    if quantize not in (None, "int8"):
+        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+    if quantize is not None and (torch.device(device).type != "cpu" or dtype != torch.float32):
+        raise ValueError(f"quantize='int8' needs device='cpu' and dtype=torch.float32, got {device!r} and {dtype}")
     if name == DRAFT_MODEL:
         model = _load_draft(dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(_folder(name), dtype=dtype, attn_implementation="sdpa")
     model = model.to(device).eval()
-    if model.device.type == "cpu":
+    if quantize == "int8":
+        int8_linears(model)
+    elif model.device.type == "cpu":
         skinny_linears(model)  # 2 to 8 tokens per forward cost about one token's time (see zoo/skinny.py)
     return CausalLM(model)
 

@@ -1,0 +1,87 @@
+"""Int8 linear layers for CPU whose rows never influence each other.
+
+Why not torch's `quantize_dynamic`: it quantizes a layer's whole input with ONE scale, taken
+from the largest activation among all the rows fed together. A token's output then depends
+on which other tokens share its forward: rejected guesses, a lookahead window, other rows of
+the batch. `mtdecode.model`'s mask probe sees it at once (a hidden token changes the output
+by a fifth of a visible one's effect), and no strategy could be exact against such a model.
+
+Here every row (token) gets its own scale, and the product runs in integers:
+
+    x_q = round(x / s_x),  s_x = max|x| / 127                  per row
+    W_q = round(W / s_w),  s_w = max|W_j| / 127                per output channel j (once, at load)
+    y   = (x_q @ W_q^T) * s_x * s_w + bias                     int8 x int8 -> int32, exact
+
+The integer product is exact, so a row's output is bitwise the same whatever other rows
+are fed with it: the quantized model is a deterministic function of each token's input,
+and every exact strategy stays exact with respect to it. It is a different model from the
+float32 one, though; `benchmarks/int8_quality.py` measures how different.
+
+`torch._int_mm` (int8 x int8 -> int32) is fast on x86 CPUs for few rows: measured on a
+2-core AMD EPYC for a 576 -> 1536 layer, about 0.02 ms for 1 to 8 rows against 0.05 ms
+(1 row) to 0.16 ms (8 rows) in float32 (`benchmarks/forward_cost.py --path int8`).
+"""
+
+import torch
+from torch import nn
+
+from mtdecode.tensor_types import Float, Int, Tensor
+
+#: the largest int8 magnitude used (symmetric: -127..127)
+LEVELS = 127
+
+
+class Int8Linear(nn.Module):
+    """`y = x W^T + b` with W in int8 (a scale per output channel) and x quantized per row.
+
+    **Arguments:**
+
+    - `linear`: the float `nn.Linear` to quantize (its weight is read once).
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach()  # (out, in)
+        scale = weight.abs().amax(dim=1).clamp(min=torch.finfo(weight.dtype).tiny) / LEVELS  # (out,)
+        quantized = torch.round(weight / scale[:, None]).clamp(-LEVELS, LEVELS).to(torch.int8)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("weight_t", quantized.t().contiguous())  # (in, out), the layout _int_mm takes
+        self.register_buffer("weight_scale", scale)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach())
+
+    def forward(self, x: Float[Tensor, "*rows dim_in"]) -> Float[Tensor, "*rows dim_out"]:
+        flat = x.reshape(-1, self.in_features)  # (rows, in), in x's own float type
+        x_q, x_scale = quantize_rows(flat)
+        product = torch._int_mm(x_q, self.weight_t)  # (rows, out), int32, exact
+        y = product.to(x.dtype) * (x_scale * self.weight_scale.to(x.dtype))  # per row times per channel
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def dequantized(self) -> Float[Tensor, "dim_out dim_in"]:
+        """The weight this layer multiplies by, as floats (for inspection and tests)."""
+        return (self.weight_t.t().to(self.weight_scale.dtype) * self.weight_scale[:, None]).contiguous()
+
+
+def quantize_rows(x: Float[Tensor, "rows dim"]) -> tuple[Int[Tensor, "rows dim"], Float[Tensor, "rows 1"]]:
+    """Each row as int8 with its own scale max|row| / 127 (an all-zero row gets scale 1)."""
+    scale = x.abs().amax(dim=1, keepdim=True) / LEVELS
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(x / scale).clamp(-LEVELS, LEVELS).to(torch.int8), scale
+
+
+def int8_linears(model: nn.Module) -> nn.Module:
+    """Replace every `nn.Linear` in `model` (subclasses included) by an `Int8Linear`, in place; returns `model`.
+
+    A tied output layer gets its own int8 copy; the input embedding stays float.
+    """
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                if child.in_features % 8 or child.out_features % 8:
+                    raise ValueError(
+                        f"{name}: int8 layers need in and out features divisible by 8 "
+                        f"(torch._int_mm), got {child.in_features} -> {child.out_features}"
+                    )
+                setattr(parent, name, Int8Linear(child))
+    return model
