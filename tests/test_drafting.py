@@ -112,3 +112,21 @@ def test_nonsense_costs_are_refused(costs, message):
 def test_nonsense_maximum_is_refused():
     with pytest.raises(ValueError, match="max_draft_tokens"):
         Speculative(pair()[1], max_draft_tokens=0)
+
+
+def test_mtad_blocks_follow_the_rule_and_batch_rows_equal_rows_alone():
+    """MTAD with the rule on: a draft that is the target grows its blocks; each row of a batch decodes as it would
+    alone (its own calibration, its own stops)."""
+    from mtdecode.strategies import MTAD
+
+    target, draft = pair()
+    same = MTAD(target, beam_width=2, max_draft_tokens=8, costs=linear(0.01, 0.0))
+    steps = mtdecode.generate(target, [1, 2, 3], same, max_new_tokens=60).steps
+    assert max(step.drafted for step in steps) == 8 > steps[0].drafted
+    strategy = MTAD(draft, beam_width=2, costs=linear(0.1, 0.05))
+    prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4]]
+    batch = mtdecode.generate(target, prompts, strategy, max_new_tokens=20, pad_token_id=0)
+    for b, prompt in enumerate(prompts):
+        alone = mtdecode.generate(target, prompt, strategy, max_new_tokens=20)
+        assert batch.row(b) == alone.tokens[0].tolist()
+        assert [s.drafted for s in batch.steps_of(b)] == [s.drafted for s in alone.steps]

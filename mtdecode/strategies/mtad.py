@@ -8,6 +8,9 @@ evaluations. MTAD approximates it with a small auxiliary (draft) model q:
 1. draft:  a block y_1..y_k from q by beam sampling with W beams (beam search when greedy):
            at depth 1 draw W tokens from q; at each further depth score every (beam, token)
            pair by beam weight x q(token | beam) and draw W pairs; y is the heaviest beam;
+           k is fixed (`num_draft_tokens`) or, by default, each row stops where the
+           heaviest beam's newest token is too unsure to pay for another depth
+           (`mtdecode.drafting`, the same rule as `Speculative`'s);
 2. verify: one target forward over [x0, y_1..y_k] gives p_1..p_{k+1};
 3. accept: the LONGEST prefix y_1..y_n with P(y_1..n) / Q(y_1..n) > tau (n = 0 if none);
            the test is deterministic: no uniform draw;
@@ -32,7 +35,8 @@ from typing import ClassVar
 import torch
 from transformers import PreTrainedModel
 
-from mtdecode import masks
+from mtdecode import masks, tuning
+from mtdecode.drafting import DraftCosts, DraftLength
 from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session, Step, with_new_token
@@ -46,21 +50,28 @@ class MTAD:
     **Arguments:**
 
     - `draft`: the auxiliary model q; it must share the target's vocabulary and device.
-    - `num_draft_tokens`: the block length k (at least 1).
+    - `num_draft_tokens`: a fixed block length k (at least 1); None: until the draft is unsure.
     - `beam_width`: W, beams kept per depth (at least 1).
     - `threshold`: tau > 0; a prefix is accepted if P(y_1..n) / Q(y_1..n) > tau.
+    - `max_draft_tokens`, `costs`: when `num_draft_tokens` is None (the default), each row's block
+      grows until the draft is unsure (`mtdecode.drafting`, as in `Speculative`), at most
+      `max_draft_tokens`, weighing `costs` (None: measured on this host).
     """
 
     draft: CausalLM | PreTrainedModel
-    num_draft_tokens: int = 4
+    num_draft_tokens: int | None = None
     beam_width: int = 4
     threshold: float = 0.5
+    max_draft_tokens: int = 20
+    costs: DraftCosts | None = None
     #: MTAD does not reproduce greedy decoding or p: it accepts by likelihood
     exact: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        for name in ("num_draft_tokens", "beam_width"):
+        for name in ("num_draft_tokens", "beam_width", "max_draft_tokens"):
             value = getattr(self, name)
+            if name == "num_draft_tokens" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if not (isinstance(self.threshold, int | float) and math.isfinite(self.threshold) and self.threshold > 0):
@@ -70,11 +81,17 @@ class MTAD:
         draft = s.draft_runner(self.draft)
         greedy = s.sampler.greedy
         rows = torch.arange(s.batch, device=s.device)
+        length = None
+        if self.num_draft_tokens is None:
+            costs = self.costs or tuning.draft_costs(s.target.model, draft.model)
+            length = DraftLength(costs, s.batch, s.device)
         while not s.done:
-            k = s.budget(self.num_draft_tokens)  # (batch,): the step adds one token of its own
-            block, log_q, path = beam_draft(s, draft, k, self.beam_width)  # step 1
+            k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
+            block, log_q, path, k = beam_draft(s, draft, k, self.beam_width, length)  # step 1
             log_p, last = score_block(s, block)  # step 2
             n = accepted_length(log_p, log_q, k, self.threshold)  # step 3
+            if length is not None:
+                length.record(k, n)
             p_next = last[rows, n]  # (batch, vocab)
             new_token = p_next.argmax(-1) if greedy else draw(p_next, s.random, s.active)  # step 4
             accepted = torch.arange(block.shape[1], device=s.device) < n[:, None]
@@ -88,22 +105,27 @@ def judged(sampler: Sampler, logits: Float[Tensor, "*rows vocab"]) -> Float[Tens
 
 
 def beam_draft(
-    s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int
-) -> tuple[Int[Tensor, "batch k"], Float[Tensor, "batch k"], Int[Tensor, "batch k"]]:
+    s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int, length: DraftLength | None = None
+) -> tuple[Int[Tensor, "batch k"], Float[Tensor, "batch k"], Int[Tensor, "batch k"], Int[Tensor, " batch"]]:
     """Step 1: beam sampling (beam search when greedy) over the draft's joint distribution, per row.
+
+    With a `length` rule a row stops at the depth where the heaviest beam's newest token is too
+    unsure to pay for another depth (`mtdecode.drafting`; q's probabilities only), at most k[b].
 
     **Returns:**
 
-    Each row's heaviest beam after k[b] tokens (padded with -1 to the widest row), their
-    per-token log q, and the draft-cache nodes of the beam's first k[b] - 1 tokens (the last
-    token was never fed; -1 pads).
+    Each row's heaviest beam after its k[b] tokens (padded with -1 to the widest row), their
+    per-token log q, the draft-cache nodes of the beam's first k[b] - 1 tokens (the last token
+    was never fed; -1 pads), and k itself (smaller where the rule stopped a row).
     """
+    if length is not None:
+        k = torch.where(length.start(), k, 0)
     batch, depth = s.batch, int(k.max())
     block = torch.full((batch, depth), -1, dtype=torch.long, device=s.device)
     block_log_q = torch.zeros(batch, depth, dtype=torch.float64, device=s.device)
     path = torch.full((batch, depth), -1, dtype=torch.long, device=s.device)
     if depth == 0:
-        return block, block_log_q, path
+        return block, block_log_q, path, k
     q = judged(s.sampler, draft.extend(s.unread(draft), logits_to_keep=1)[:, -1])  # (batch, vocab)
     draft.cache.commit()  # the unread tokens are committed tokens
     picks = choose(q.log(), width, s.sampler.greedy, s.random, s.active & (k > 0))  # depth 1: (batch, W)
@@ -112,13 +134,15 @@ def beam_draft(
     nodes = torch.empty(batch, width, 0, dtype=torch.long, device=s.device)  # tree nodes of the fed tokens
     parents = torch.empty(batch, 0, dtype=torch.long, device=s.device)  # the draft's token tree, in feeding order
     for d in range(1, depth + 1):
-        done = k == d  # rows whose block ends here: keep their heaviest beam
         best = log_q.sum(2).argmax(1)  # (batch,): the first of the heaviest
         rows = torch.arange(batch, device=s.device)
+        if length is not None:  # stop where the heaviest beam's newest token is unsure (q only)
+            k = torch.where((k > d) & ~length.more(log_q[rows, best, -1].exp()), d, k)
+        done = k == d  # rows whose block ends here: keep their heaviest beam
         block[done, :d] = tokens[rows, best][done]
         block_log_q[done, :d] = log_q[rows, best][done]
         path[done, : d - 1] = nodes[rows, best][done]
-        if d == depth:
+        if d >= int(k.max()):
             break
         # feed each beam's newest token as a child of its previous node
         beams = tokens.shape[1]  # W, or fewer while W exceeds the options
@@ -137,7 +161,8 @@ def beam_draft(
         tokens = torch.cat([tokens[beam_rows, beam], torch.where(picks < 0, -1, token)[:, :, None]], dim=2)
         log_q = torch.cat([log_q[beam_rows, beam], token_log_q[:, :, None]], dim=2)
         nodes = torch.cat([nodes[beam_rows, beam], new_nodes[beam_rows, beam][:, :, None]], dim=2)
-    return block, block_log_q, path
+    width_used = int(k.max())
+    return block[:, :width_used], block_log_q[:, :width_used], path[:, :width_used], k
 
 
 def choose(
@@ -209,5 +234,8 @@ def commit(
     tokens, counts = with_new_token(block.clamp(min=0), accepted, new_token)
     proposals = [row[:n] for row, n in zip(block.tolist(), k.tolist(), strict=True)]
     steps = s.commit(tokens, counts, drafted=k, accepted=accepted, proposals=proposals, log_ratios=log_ratio)
-    s.catch_up(draft)
+    if bool((k > 0).any()):
+        s.catch_up(draft)
+    else:
+        s.rest(draft)  # no row drafted: the draft reads the new tokens when it is next used
     return steps
