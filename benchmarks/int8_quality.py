@@ -19,6 +19,7 @@ import torch
 
 import mtdecode
 from mtdecode.bench import cpu_model, load_suite
+from mtdecode.strategies import Autoregressive
 
 
 @torch.no_grad()
@@ -44,7 +45,7 @@ def main() -> None:
             prompt = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"])
             settings = dict(max_new_tokens=args.new_tokens, eos_token_id=eos)
             answers = {
-                name: mtdecode.generate(m, prompt, mtdecode.Autoregressive(), **settings).tokens[0].tolist()
+                name: mtdecode.generate(m, prompt, Autoregressive(), **settings).tokens[0].tolist()
                 for name, m in models.items()
             }
             reference = answers["float32"]

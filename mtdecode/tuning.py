@@ -87,7 +87,10 @@ def draft_costs(target: CausalLM, draft: CausalLM, *, longest: int = 32) -> Draf
     """The costs `mtdecode.drafting.DraftLength` weighs, measured on this host: a draft forward and target
     forwards over 1..`longest` tokens, in units of a 1-token target forward."""
     target_costs, draft_costs_ = forward_costs(target), forward_costs(draft)
-    curve = [relative_cost(target_costs, n) for n in range(1, longest + 1)]
+    measured = [relative_cost(target_costs, n) for n in range(1, longest + 1)]
+    # planned as never cheaper than fewer tokens: where a wider forward measured cheaper (a faster kernel
+    # path for a few rows, or noise), one more verified token is taken as free, not as a gain
+    curve = [max(measured[: n + 1]) for n in range(len(measured))]
     return DraftCosts(draft=draft_costs_[1] / target_costs[1], target=curve)
 
 
