@@ -9,7 +9,8 @@ Contenders are strategy names from `mtdecode.strategies.REGISTRY` (a strategy wi
 runs once per `--draft-tokens` value), plus:
 
 - `lookahead-paper`: `Lookahead(7, 5, 7)`, the paper's README defaults (tuned for an A100);
-- `lookahead-prompt`: the tuned `Lookahead` with its pool seeded from the prompt;
+- `lookahead-prompt`, `lookahead-no-prompt`: the tuned `Lookahead` with and without its pool seeded
+  from the prompt;
 - `hf-prompt-lookup`: transformers' own `generate(prompt_lookup_num_tokens=10)`.
 
     python benchmarks/speedup.py [--strategies speculative] [--draft-tokens 2 3 4] [--prompts chat code]
@@ -99,6 +100,8 @@ def contenders_for(names: list[str], draft_tokens: list[int], model, settings: d
             chosen[name] = strategy_contender(model, Lookahead(7, 5, 7), **settings)
         elif name == "lookahead-prompt":
             chosen[name] = strategy_contender(model, Lookahead(prompt_pool=True), **settings)
+        elif name == "lookahead-no-prompt":
+            chosen[name] = strategy_contender(model, Lookahead(prompt_pool=False), **settings)
         elif needs_draft(REGISTRY[name]):
             draft = draft or mtdecode.load_model(mtdecode.DRAFT_MODEL)
             for k in draft_tokens:
@@ -114,6 +117,7 @@ def main() -> None:
     choices = [n for n in REGISTRY if n != "autoregressive"] + [
         "lookahead-paper",
         "lookahead-prompt",
+        "lookahead-no-prompt",
         "hf-prompt-lookup",
     ]
     parser.add_argument(
@@ -136,9 +140,8 @@ def main() -> None:
         for contender in contenders.values():  # warm-up (and lookahead's one-off measurement of its forwards)
             contender(prompts[0][:8])
         if any(name.startswith("lookahead") for name in contenders):
-            for pool in (False, True):
-                w, n, g = tuning.lookahead_settings(model, None, None, None, prompt_pool=pool)
-                print(f"tuned Lookahead(prompt_pool={pool}) in this process: W={w}, N={n}, G={g}")
+            for line in tuning.explain(model):
+                print(f"tuned in this process: {line}")
         with tqdm(total=args.rounds * len(prompts) * len(contenders), desc="interleaved runs", unit="run") as bar:
             tallies = race(contenders, prompts * args.rounds, lambda _: bar.update())
         exact = {name: getattr(REGISTRY.get(name.split(" ")[0]), "exact", True) for name in contenders}
