@@ -18,6 +18,10 @@ rate so far:
   rate so far;
 - t and c are measured on the host (`mtdecode.tuning.draft_costs`).
 
+A row whose acceptance says that not even a first guess pays drafts nothing, at greedy cost;
+so that a bad start does not stop it for good, it tries one guess after `PATIENCE` steps
+without drafting, and waits twice as long after each try that is rejected.
+
 This is transformers' `assistant_confidence_threshold` (stop when the draft's confidence in
 its last guess falls below 0.4) with the threshold derived from measured costs and acceptance
 instead of fixed, and with the whole chain's survival instead of the last guess alone.
@@ -41,6 +45,9 @@ from mtdecode.tensor_types import Bool, Float, Int, Tensor
 BINS = 10
 #: pseudo-observations per bin at the draft's own confidence, before the row has seen any
 PRIOR = 2.0
+#: a row that stopped drafting altogether tries one guess again after this many steps without (then
+#: after twice as many each time the try is rejected), so a bad start does not stop it for good
+PATIENCE = 4
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,8 @@ class DraftCosts:
 
     **Arguments:**
 
-    - `draft`: c, one draft forward (over one token per row).
+    - `draft`: c, one draft forward (over one token per row); 0 for guesses that cost nothing to make
+      (copied from the text, as in prompt lookup).
     - `target`: t(1), t(2), ...: a target forward over 1, 2, ... tokens (so `target[0]` is 1).
     """
 
@@ -57,8 +65,8 @@ class DraftCosts:
     target: Sequence[float | int]
 
     def __post_init__(self) -> None:
-        if not self.draft > 0 or len(self.target) < 2 or any(not t > 0 for t in self.target):
-            raise ValueError(f"costs must be positive, with t(1) and t(2) at least, got {self}")
+        if not self.draft >= 0 or len(self.target) < 2 or any(not t > 0 for t in self.target):
+            raise ValueError(f"costs must be positive (c may be 0), with t(1) and t(2) at least, got {self}")
 
     def t(self, tokens: int) -> float:
         """t(tokens); past the last measured size the last step is continued."""
@@ -86,16 +94,20 @@ class DraftLength:
         self.costs = costs
         self.hits = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # accepted guesses per bin
         self.tries = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # verified guesses per bin
+        self.rested = torch.zeros(batch, dtype=torch.long, device=device)  # steps since the row last drafted
+        self.patience = torch.full((batch,), PATIENCE, dtype=torch.long, device=device)
         self.start()
 
     def start(self) -> Bool[Tensor, " batch"]:
         """A new step, no guess drafted yet: which rows should draft a first guess (the rule with i = 0,
         pi_0 = 1, E(0) = 1, T(0) = 1: a draft whose acceptance cannot pay for a guess is not used)."""
         batch, device = self.hits.shape[0], self.hits.device
+        self.probing = torch.zeros(batch, dtype=torch.bool, device=device)
         self.survive = torch.ones(batch, dtype=torch.float64, device=device)  # pi_i
         self.expected = torch.ones(batch, dtype=torch.float64, device=device)  # E(i)
         self.confidences: list[Float[Tensor, " batch"]] = []
-        return self.pays()
+        self.probing = ~self.pays() & (self.rested >= self.patience)  # a rested row tries one guess
+        return self.pays() | self.probing
 
     def more(self, confidence: Float[Tensor, " batch"]) -> Bool[Tensor, " batch"]:
         """After guess i, drawn with the draft's `confidence` in it: which rows should draft guess i + 1."""
@@ -109,7 +121,8 @@ class DraftLength:
         """(rule) for guess i + 1, i the guesses drafted so far."""
         i = len(self.confidences)
         added = self.costs.draft + self.costs.t(i + 2) - self.costs.t(i + 1)
-        return self.survive * self.acceptance() * self.costs.step(i) > self.expected * added
+        pays = self.survive * self.acceptance() * self.costs.step(i) > self.expected * added
+        return pays & ~self.probing if i > 0 else pays  # a try is one guess
 
     def calibrated(self, confidence: Float[Tensor, " batch"]) -> Float[Tensor, " batch"]:
         """P(accepted | confidence), from this row's history in the confidence's bin, starting at the confidence."""
@@ -123,6 +136,11 @@ class DraftLength:
 
     def record(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         """After verification: guesses 1..accepted were accepted, guess accepted + 1 (if drafted) was not."""
+        drew = drafted > 0
+        self.patience = torch.where(
+            self.probing & drew, torch.where(accepted > 0, PATIENCE, 2 * self.patience), self.patience
+        )
+        self.rested = torch.where(drew, 0, self.rested + 1)
         if not self.confidences:
             return
         confidence = torch.stack(self.confidences, dim=1)  # (batch, guesses)

@@ -86,12 +86,20 @@ def relative_cost(costs: dict[int, float], tokens: int) -> float:
 def draft_costs(target: CausalLM, draft: CausalLM, *, longest: int = 32) -> DraftCosts:
     """The costs `mtdecode.drafting.DraftLength` weighs, measured on this host: a draft forward and target
     forwards over 1..`longest` tokens, in units of a 1-token target forward."""
-    target_costs, draft_costs_ = forward_costs(target), forward_costs(draft)
-    measured = [relative_cost(target_costs, n) for n in range(1, longest + 1)]
-    # planned as never cheaper than fewer tokens: where a wider forward measured cheaper (a faster kernel
-    # path for a few rows, or noise), one more verified token is taken as free, not as a gain
-    curve = [max(measured[: n + 1]) for n in range(len(measured))]
-    return DraftCosts(draft=draft_costs_[1] / target_costs[1], target=curve)
+    return DraftCosts(draft=forward_costs(draft)[1] / forward_costs(target)[1], target=cost_curve(target, longest))
+
+
+def copy_costs(target: CausalLM, *, longest: int = 32) -> DraftCosts:
+    """The same for guesses that cost nothing to make (prompt lookup copies them from the text)."""
+    return DraftCosts(draft=0.0, target=cost_curve(target, longest))
+
+
+def cost_curve(model: CausalLM, longest: int) -> list[float]:
+    """t(1..longest): a forward over n tokens against one, measured, and planned as never cheaper than fewer
+    tokens (where a wider forward measured cheaper, a faster kernel or noise, one more token counts as free)."""
+    costs = forward_costs(model)
+    measured = [relative_cost(costs, n) for n in range(1, longest + 1)]
+    return [max(measured[: n + 1]) for n in range(len(measured))]
 
 
 def expected_tokens(w: int, n: int, g: int, hit_rate: float, *, prompt_pool: bool = False) -> float:

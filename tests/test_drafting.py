@@ -81,9 +81,12 @@ def test_the_rule_drafts_long_when_cheap_and_sure_and_not_at_all_when_it_cannot_
     assert drafted[0] < 12 and max(drafted) == 12 and all(step.accepted == step.drafted for step in steps)
     # a draft forward as dear as the target's, and a flat curve: a guess accepted half the time never pays
     dear = Speculative(pair()[1], costs=linear(1.0, 0.0))
-    result = mtdecode.generate(target, [1, 2, 3], dear, max_new_tokens=20)
-    assert {step.drafted for step in result.steps} == {0}
-    assert result.stats.target_forwards == 20
+    result = mtdecode.generate(target, [1, 2, 3], dear, max_new_tokens=40)
+    drafted = [step.drafted for step in result.steps]
+    # no step drafts but single-guess tries after 4 idle steps, then after 8, 16, ... while they are rejected
+    tries = [i for i, d in enumerate(drafted) if d]
+    assert set(drafted) <= {0, 1} and tries[0] == 4, drafted
+    assert all(b - a > 4 for a, b in zip(tries, tries[1:], strict=False)) and len(tries) <= 4
 
 
 def test_measured_costs_are_used_when_none_are_given(monkeypatch):
@@ -102,7 +105,7 @@ def test_measured_costs_are_used_when_none_are_given(monkeypatch):
 
 @pytest.mark.parametrize(
     "costs, message",
-    [({"draft": 0.0, "target": [1, 2]}, "positive"), ({"draft": 0.1, "target": [1]}, "t\\(2\\)")],
+    [({"draft": -0.1, "target": [1, 2]}, "positive"), ({"draft": 0.1, "target": [1]}, "t\\(2\\)")],
 )
 def test_nonsense_costs_are_refused(costs, message):
     with pytest.raises(ValueError, match=message):
@@ -130,3 +133,49 @@ def test_mtad_blocks_follow_the_rule_and_batch_rows_equal_rows_alone():
         alone = mtdecode.generate(target, prompt, strategy, max_new_tokens=20)
         assert batch.row(b) == alone.tokens[0].tolist()
         assert [s.drafted for s in batch.steps_of(b)] == [s.drafted for s in alone.steps]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_speculative_batch_rows_with_the_rule_equal_rows_alone(temperature):
+    """Each row keeps its own calibration and stops: a batch row drafts, draws and decodes as it would alone
+    (row b of a batch with seed s is the prompt alone with seed s + b)."""
+    target, draft = pair()
+    strategy = Speculative(draft, costs=linear(0.05, 0.05))
+    prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [4]]
+    settings = dict(max_new_tokens=24, temperature=temperature)
+    batch = mtdecode.generate(target, prompts, strategy, pad_token_id=0, seed=11, **settings)
+    for b, prompt in enumerate(prompts):
+        alone = mtdecode.generate(target, prompt, strategy, seed=11 + b, **settings)
+        assert batch.row(b) == alone.tokens[0].tolist()
+        assert [s.drafted for s in batch.steps_of(b)] == [s.drafted for s in alone.steps]
+    assert len({s.drafted for s in batch.steps}) > 1  # the rule varied k
+
+
+@given(
+    prompt=st.lists(st.integers(0, 5), min_size=1, max_size=12),  # few distinct tokens: lookups match often
+    max_new_tokens=st.integers(0, 30),
+    slope=st.floats(0.0, 1.0),
+)
+def test_prompt_lookup_with_the_rule_equals_greedy(prompt, max_new_tokens, slope):
+    from mtdecode.strategies import PromptLookup
+
+    target, _ = pair()
+    strategy = PromptLookup(costs=DraftCosts(draft=0.0, target=[1 + slope * n for n in range(12)]))
+    result = assert_greedy_parity(target, prompt, strategy, max_new_tokens=max_new_tokens)
+    assert all(step.drafted <= 10 for step in result.steps)
+
+
+def test_prompt_lookup_copies_less_where_copies_are_rejected():
+    """Flat costs: the rule verifies every copied token, step for step as a fixed PromptLookup(3, 10); steep
+    costs and rejected copies: it verifies fewer."""
+    from mtdecode.strategies import PromptLookup
+
+    target, _ = pair()
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6] * 3
+    flat = PromptLookup(costs=DraftCosts(draft=0.0, target=[1.0] * 12))
+    steep = PromptLookup(costs=DraftCosts(draft=0.0, target=[1 + 0.4 * n for n in range(12)]))
+    wide = mtdecode.generate(target, prompt, flat, max_new_tokens=30).steps
+    narrow = mtdecode.generate(target, prompt, steep, max_new_tokens=30).steps
+    fixed = mtdecode.generate(target, prompt, PromptLookup(3, 10), max_new_tokens=30).steps
+    assert [s.drafted for s in wide] == [s.drafted for s in fixed] and max(s.drafted for s in wide) > 2
+    assert sum(s.drafted for s in narrow) < sum(s.drafted for s in wide)

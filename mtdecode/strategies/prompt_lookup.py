@@ -13,6 +13,12 @@ n-gram appeared. Per step, with x0 the newest committed token:
    temperature 0, exactly p when sampling).
 
 With no match the step is a plain decoding step.
+
+How many of the copied tokens to verify: by default as many as pay for their share of the
+wider forward (`mtdecode.drafting`: copying costs nothing, but a target forward over 11
+tokens can cost twice one over 1 on a CPU), judged from how often this row's copied tokens
+were accepted so far; at most `max_draft_tokens`. The rule never looks at p, so the output
+stays exact. `num_draft_tokens=k` copies up to k instead.
 """
 
 from collections.abc import Iterator
@@ -20,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mtdecode import tuning
+from mtdecode.drafting import DraftCosts, DraftLength
 from mtdecode.session import Session, Step
 from mtdecode.tensor_types import Int, Tensor
 from mtdecode.verification import NONE, verify_chain
@@ -32,24 +40,51 @@ class PromptLookup:
     **Arguments:**
 
     - `ngram`: the longest n-gram to match (at least 1); shorter ones are tried if it has no match.
-    - `num_draft_tokens`: how many tokens to copy per step (at least 1).
+    - `num_draft_tokens`: copy up to this many tokens per step (at least 1); None (the default): as
+      many as pay (`mtdecode.drafting`), at most `max_draft_tokens`.
+    - `max_draft_tokens`, `costs`: the most copied tokens when the rule decides, and the `DraftCosts`
+      it weighs (None: the target's forward-cost curve measured on this host).
     """
 
     ngram: int = 3
-    num_draft_tokens: int = 10
+    num_draft_tokens: int | None = None
+    max_draft_tokens: int = 10
+    costs: DraftCosts | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ngram", "num_draft_tokens"):
+        for name in ("ngram", "num_draft_tokens", "max_draft_tokens"):
             value = getattr(self, name)
+            if name == "num_draft_tokens" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
+        length = None
+        if self.num_draft_tokens is None:
+            length = DraftLength(self.costs or tuning.copy_costs(s.target.model), s.batch, s.device)
         while not s.done:
-            k = s.budget(self.num_draft_tokens).tolist()  # the step adds one token of its own
+            k = s.budget(self.num_draft_tokens or self.max_draft_tokens).tolist()  # the step adds one token
             copied = [lookup(tokens, self.ngram, k_b) for tokens, k_b in zip(s.tokens, k, strict=True)]  # step 1
-            steps, _, _ = verify_chain(s, padded(copied, s.device))  # step 2
+            if length is not None:
+                copied = worth_verifying(copied, length)
+            steps, _, accepted = verify_chain(s, padded(copied, s.device))  # step 2
+            if length is not None:
+                length.record(torch.tensor([len(c) for c in copied], device=s.device), accepted)
             yield steps
+
+
+def worth_verifying(copied: list[list[int]], length: DraftLength) -> list[list[int]]:
+    """The prefix of each row's copy that `length`'s rule says pays for its verification. A copied token
+    has no confidence of its own; each counts as an even chance until the row's history says otherwise."""
+    going = length.start()  # (batch,)
+    keep = [0] * len(copied)
+    for i in range(max(map(len, copied), default=0)):
+        for b, row in enumerate(copied):
+            if bool(going[b]) and len(row) > i:
+                keep[b] = i + 1
+        going = going & length.more(torch.full_like(length.survive, 0.5))
+    return [row[:n] for row, n in zip(copied, keep, strict=True)]
 
 
 def lookup(tokens: list[int], ngram: int, k: int) -> list[int]:
