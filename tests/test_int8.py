@@ -1,6 +1,6 @@
 """The int8 option (`load_model(..., quantize="int8")`, `mtdecode.zoo.int8`): each row's output is
 independent of the other rows fed with it (bitwise), the product is within the error that
-quantization allows, and strategies stay exact with respect to the quantized model."""
+quantization allows, and in float64 strategies reproduce the quantized model's own greedy tokens."""
 
 import copy
 import functools

@@ -49,8 +49,11 @@ def load_model(
       `Int8Linear` (`mtdecode.zoo.int8`: int8 weights, each token's activations quantized on
       their own, integer products; CPU and float32 only). Forwards get cheaper, multi-token
       forwards much cheaper, but it is a different model: its greedy output differs from
-      float32's (`docs/benchmark.md` gives agreement and perplexity). Every strategy stays
-      exact with respect to the model it is given.
+      float32's (`docs/benchmark.md` gives agreement and perplexity). It also magnifies
+      rounding: a last-bit difference between a 1-token and a k-token forward can move an
+      activation across a rounding step of the int8 grid, so exact strategies reproduce the
+      int8 model's own greedy tokens less often than in float32 (2 of 8 code answers in
+      the benchmark). Keep it for speed, never for exactness tests.
 
     **Returns:**
 

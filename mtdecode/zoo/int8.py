@@ -12,14 +12,17 @@ Here every row (token) gets its own scale, and the product runs in integers:
     W_q = round(W / s_w),  s_w = max|W_j| / 127                per output channel j (once, at load)
     y   = (x_q @ W_q^T) * s_x * s_w + bias                     int8 x int8 -> int32, exact
 
-The integer product is exact, so a row's output is bitwise the same whatever other rows
-are fed with it: the quantized model is a deterministic function of each token's input,
-and every exact strategy stays exact with respect to it. It is a different model from the
-float32 one, though; `benchmarks/int8_quality.py` measures how different.
+The integer product is exact, so a layer's output for a row is bitwise the same whatever
+other rows are fed with it. Attention stays in float, though, and a last-bit difference there
+(a k-token forward against k 1-token ones) can move an activation across a step of the int8
+grid, a change far larger than the float difference: in float32 an exact strategy then
+reproduces the int8 model's own greedy tokens less often than a float32 model's (in float64
+such flips are too rare to see; `tests/test_int8.py`). It is also a different model from
+float32; `benchmarks/int8_quality.py` measures how different.
 
 `torch._int_mm` (int8 x int8 -> int32) is fast on x86 CPUs for few rows: measured on a
 2-core AMD EPYC for a 576 -> 1536 layer, about 0.02 ms for 1 to 8 rows against 0.05 ms
-(1 row) to 0.16 ms (8 rows) in float32 (`benchmarks/forward_cost.py --path int8`).
+(1 row) to 0.16 ms (8 rows) in float32 (`benchmarks/forward_cost.py --paths int8`).
 """
 
 import torch
