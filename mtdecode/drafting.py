@@ -152,6 +152,16 @@ class DraftLength:
         self.hits.scatter_add_(1, bins, hit.double())
 
 
+def check_counts(strategy: object, names: Sequence[str], *, optional: Sequence[str] = ()) -> None:
+    """Raise ValueError unless each named setting of `strategy` is an integer >= 1 (None allowed for `optional`)."""
+    for name in names:
+        value = getattr(strategy, name)
+        if value is None and name in optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
 def bin_of(confidence: Float[Tensor, "*shape"]) -> Int[Tensor, "*shape"]:
     """The calibration bin of each confidence in [0, 1]."""
     return (confidence * BINS).long().clamp(0, BINS - 1)

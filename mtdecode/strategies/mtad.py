@@ -36,7 +36,7 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode import masks, tuning
-from mtdecode.drafting import DraftCosts, DraftLength
+from mtdecode.drafting import DraftCosts, DraftLength, check_counts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session, Step, with_new_token
@@ -68,12 +68,7 @@ class MTAD:
     exact: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        for name in ("num_draft_tokens", "beam_width", "max_draft_tokens"):
-            value = getattr(self, name)
-            if name == "num_draft_tokens" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        check_counts(self, ("num_draft_tokens", "beam_width", "max_draft_tokens"), optional=["num_draft_tokens"])
         if not (isinstance(self.threshold, int | float) and math.isfinite(self.threshold) and self.threshold > 0):
             raise ValueError(f"threshold must be a number > 0, got {self.threshold!r}")
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
-from mtdecode.drafting import DraftCosts, DraftLength
+from mtdecode.drafting import DraftCosts, DraftLength, check_counts
 from mtdecode.session import Session, Step
 from mtdecode.tensor_types import Int, Tensor
 from mtdecode.verification import NONE, verify_chain
@@ -52,12 +52,7 @@ class PromptLookup:
     costs: DraftCosts | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ngram", "num_draft_tokens", "max_draft_tokens"):
-            value = getattr(self, name)
-            if name == "num_draft_tokens" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        check_counts(self, ("ngram", "num_draft_tokens", "max_draft_tokens"), optional=["num_draft_tokens"])
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
         length = None

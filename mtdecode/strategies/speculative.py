@@ -35,7 +35,7 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode import tuning
-from mtdecode.drafting import DraftCosts, DraftLength
+from mtdecode.drafting import DraftCosts, DraftLength, check_counts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Session, Step, with_new_token
@@ -64,12 +64,7 @@ class Speculative:
     costs: DraftCosts | None = None
 
     def __post_init__(self) -> None:
-        for name in ("num_draft_tokens", "max_draft_tokens"):
-            value = getattr(self, name)
-            if name == "num_draft_tokens" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        check_counts(self, ("num_draft_tokens", "max_draft_tokens"), optional=["num_draft_tokens"])
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
         draft = s.draft_runner(self.draft)
