@@ -40,6 +40,8 @@ TESTS = [
     "tests/test_verification.py",  # seeded statistical tests
     "tests/test_sampling.py",
     "tests/test_smollm2.py",  # float32 real model: near ties
+    "tests/test_drafting.py",  # greedy parity with the stopping rule; seeded batch rows against rows alone
+    "tests/test_int8.py",  # bitwise row independence of the int8 product; parity on an int8 model
 ]
 KERNELS = [("default", "SSE4_2"), ("avx2", "AVX2"), ("avx512", "AVX512")]
 THREADS = [1, 2]
