@@ -102,15 +102,18 @@ class DraftLength:
         """A new step, no guess drafted yet: which rows should draft a first guess (the rule with i = 0,
         pi_0 = 1, E(0) = 1, T(0) = 1: a draft whose acceptance cannot pay for a guess is not used)."""
         batch, device = self.hits.shape[0], self.hits.device
-        self.probing = torch.zeros(batch, dtype=torch.bool, device=device)
         self.survive = torch.ones(batch, dtype=torch.float64, device=device)  # pi_i
         self.expected = torch.ones(batch, dtype=torch.float64, device=device)  # E(i)
         self.confidences: list[Float[Tensor, " batch"]] = []
-        self.probing = ~self.pays() & (self.rested >= self.patience)  # a rested row tries one guess
-        return self.pays() | self.probing
+        pays = self.pays()
+        self.probing = ~pays & (self.rested >= self.patience)  # a rested row tries one guess
+        return pays | self.probing
 
-    def more(self, confidence: Float[Tensor, " batch"]) -> Bool[Tensor, " batch"]:
-        """After guess i, drawn with the draft's `confidence` in it: which rows should draft guess i + 1."""
+    def more(self, confidence: Float[Tensor, " batch"] | float) -> Bool[Tensor, " batch"]:
+        """After guess i, drawn with the draft's `confidence` in it (one number for every row where the
+        guesses carry none): which rows should draft guess i + 1."""
+        if isinstance(confidence, float):
+            confidence = torch.full_like(self.survive, confidence)
         confidence = confidence.double().clamp(0, 1)
         self.confidences.append(confidence)
         self.survive = self.survive * self.calibrated(confidence)  # pi_i = pi_{i-1} * P(guess i accepted)

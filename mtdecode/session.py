@@ -82,7 +82,7 @@ class Session:
         self.row_steps = [0] * len(self.tokens)  # steps recorded per row
         self.device = target.device
         self.runners: list[Runner] = []
-        self.resting: set[int] = set()  # ids of runners allowed to lag behind the committed tokens (`rest`)
+        self.resting: set[int] = set()  # ids of drafts allowed to lag behind the committed tokens (`catch_up`)
         self.target = self.runner(target, role="target")
 
     # ---------------------------------------------------------------- the rows
@@ -154,14 +154,15 @@ class Session:
             )
         return self.runner(draft, role="draft")
 
-    def rest(self, runner: Runner) -> None:
-        """Let `runner` (a draft no row used this step) fall behind: it reads the tokens it missed,
-        `unread(runner)`, when it is next used, and `check` accepts the shorter cache."""
-        self.resting.add(id(runner))
-
-    def catch_up(self, runner: Runner) -> None:
+    def catch_up(self, runner: Runner, drafted: Int[Tensor, " batch"] | None = None) -> None:
         """Feed `runner` the committed tokens it has not read, except the newest (after a step that
-        accepted every guess, the draft has not read the last one yet)."""
+        accepted every guess, the draft has not read the last one yet).
+
+        If `drafted` says no row drafted this step, the draft rests instead: it reads what it missed,
+        `unread(runner)`, when it is next used, and `check` accepts its shorter cache meanwhile."""
+        if drafted is not None and not bool((drafted > 0).any()):
+            self.resting.add(id(runner))
+            return
         self.resting.discard(id(runner))
         missing = [row[:-1] for row in self.unread(runner)]
         if any(missing):

@@ -229,8 +229,5 @@ def commit(
     tokens, counts = with_new_token(block.clamp(min=0), accepted, new_token)
     proposals = [row[:n] for row, n in zip(block.tolist(), k.tolist(), strict=True)]
     steps = s.commit(tokens, counts, drafted=k, accepted=accepted, proposals=proposals, log_ratios=log_ratio)
-    if bool((k > 0).any()):
-        s.catch_up(draft)
-    else:
-        s.rest(draft)  # no row drafted: the draft reads the new tokens when it is next used
+    s.catch_up(draft, drafted=k)
     return steps

@@ -72,14 +72,12 @@ class PromptLookup:
 def worth_verifying(copied: list[list[int]], length: DraftLength) -> list[list[int]]:
     """The prefix of each row's copy that `length`'s rule says pays for its verification. A copied token
     has no confidence of its own; each counts as an even chance until the row's history says otherwise."""
-    going = length.start()  # (batch,)
-    keep = [0] * len(copied)
-    for i in range(max(map(len, copied), default=0)):
-        for b, row in enumerate(copied):
-            if bool(going[b]) and len(row) > i:
-                keep[b] = i + 1
-        going = going & length.more(torch.full_like(length.survive, 0.5))
-    return [row[:n] for row, n in zip(copied, keep, strict=True)]
+    available = torch.tensor([len(row) for row in copied])  # (batch,)
+    going, keep = length.start().cpu(), torch.zeros_like(available)
+    for i in range(max(map(len, copied), default=0)):  # copied token i + 1 is kept while the rule goes on
+        keep += going & (available > i)
+        going = going & length.more(0.5).cpu()
+    return [row[:n] for row, n in zip(copied, keep.tolist(), strict=True)]
 
 
 def lookup(tokens: list[int], ngram: int, k: int) -> list[int]:

@@ -177,8 +177,5 @@ def commit(
     draft.cache.crop(torch.minimum(keep, draft.cache.held))
     tokens, counts = with_new_token(guesses, accepted, new_token)
     steps = s.commit(tokens, counts, drafted=k, accepted=accepted)
-    if bool((k > 0).any()):
-        s.catch_up(draft)  # if every guess was accepted, the draft has not read the last one yet
-    else:
-        s.rest(draft)  # no row drafted: the draft reads the new tokens when it is next used
+    s.catch_up(draft, drafted=k)  # if every guess was accepted, the draft has not read the last one yet
     return steps

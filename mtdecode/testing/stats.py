@@ -96,13 +96,7 @@ def chi_square_test(
         )
     statistic = float(((obs - exp) ** 2 / exp).sum())
     dof = int(obs.numel()) - 1
-    # survival function of chi-square(dof): the regularised upper incomplete gamma function
-    p_value = float(
-        torch.special.gammaincc(
-            torch.tensor(dof / 2.0, dtype=torch.float64), torch.tensor(statistic / 2.0, dtype=torch.float64)
-        )
-    )
-    return GoodnessOfFit(statistic, dof, p_value, false_alarm, impossible)
+    return GoodnessOfFit(statistic, dof, chi_square_sf(statistic, dof), false_alarm, impossible)
 
 
 def assert_matches(
