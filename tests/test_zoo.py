@@ -110,3 +110,49 @@ def test_load_model_uses_skinny_linears_on_cpu(tmp_path):
     tiny_model("llama").save_pretrained(tmp_path)
     model = mtdecode.load_model(str(tmp_path), dtype=torch.float64)
     assert isinstance(model.hf.lm_head, SkinnyLinear)
+
+
+def test_float32_products_take_onednn_and_stay_within_rounding():
+    """float32 on CPU without gradients goes through oneDNN's packed weights; the result is x @ W.T up to
+    float32 rounding, bounded by gamma_n * sum |x_i w_i| (n = 64 terms, u = 2^-24)."""
+    import torch
+
+    from mtdecode.zoo.skinny import fast_matmul, uses_onednn
+
+    g = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(2, 5, 64, generator=g), torch.randn(48, 64, generator=g)
+    with torch.no_grad():
+        assert uses_onednn(x, weight)
+        got = fast_matmul(x, weight)
+    exact = x.double() @ weight.double().T
+    n, u = 64, 2.0**-24
+    bound = n * u / (1 - n * u) * (x.double().abs() @ weight.double().abs().T)
+    assert got.shape == (2, 5, 48) and bool(((got.double() - exact).abs() <= bound).all())
+
+
+def test_onednn_is_not_used_where_it_would_not_be_exact_float32_or_differentiable():
+    import torch
+
+    from mtdecode.zoo.skinny import uses_onednn
+
+    x, weight = torch.randn(3, 8), torch.randn(4, 8, requires_grad=True)
+    assert not uses_onednn(x.double(), weight.detach().double())  # oneDNN has no float64 product
+    assert not uses_onednn(x, weight)  # gradients wanted: keep the differentiable path
+    with torch.no_grad():
+        assert uses_onednn(x, weight)
+
+
+def test_packed_weight_follows_in_place_changes():
+    """The packed copy is made once per weight and made again when the weight is changed in place."""
+    import torch
+
+    from mtdecode.zoo.skinny import fast_matmul, packed
+
+    layer = torch.nn.Linear(16, 8, bias=False)
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        first = packed(layer.weight)
+        assert packed(layer.weight) is first
+        layer.weight.mul_(2)
+        assert packed(layer.weight) is not first
+        torch.testing.assert_close(fast_matmul(x, layer.weight), x @ layer.weight.T)

@@ -74,7 +74,7 @@ def load_model(
     if quantize == "int8":
         int8_linears(model)
     elif model.device.type == "cpu":
-        skinny_linears(model)  # 2 to 8 tokens per forward cost about one token's time (see zoo/skinny.py)
+        skinny_linears(model)  # 2 to 16 tokens per forward cost little more than one token (see zoo/skinny.py)
     return CausalLM(model)
 
 

@@ -12,7 +12,7 @@ from transformers import LlamaForCausalLM
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from mtdecode.tensor_types import Float, Int, Tensor
-from mtdecode.zoo.skinny import skinny_matmul
+from mtdecode.zoo.skinny import fast_matmul
 
 
 class SubsetHeadLlama(LlamaForCausalLM):
@@ -33,7 +33,7 @@ class SubsetHeadLlama(LlamaForCausalLM):
         return self.model.embed_tokens.weight[self.head_token_ids]
 
     def subset_logits(self, hidden: Float[Tensor, "*rows dim"]) -> Float[Tensor, "*rows head"]:
-        return skinny_matmul(hidden, self.head_weight())
+        return fast_matmul(hidden, self.head_weight())
 
     def forward(
         self,
