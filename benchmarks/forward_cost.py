@@ -4,10 +4,11 @@ Every exact strategy here lives on multi-token forwards: speculative verificatio
 tokens, lookahead (W + G)(N - 1). Paths, timed interleaved in one process (median of repeats):
 
 - `float32`: plain `nn.Linear` (MKL's GEMM);
-- `skinny`: `SkinnyLinear`, the transposed product `load_model` uses on CPU (`mtdecode.zoo.skinny`);
+- `skinny`: `SkinnyLinear` with oneDNN switched off: MKL's transposed product (`mtdecode.zoo.skinny`);
+- `onednn`: `SkinnyLinear` as `load_model` makes it on CPU: oneDNN with packed weights for float32;
 - `int8`: `load_model(quantize="int8")`, `Int8Linear` with per-row activation scales (`mtdecode.zoo.int8`).
 
-    python benchmarks/forward_cost.py [--tokens 1 2 3 4 8] [--repeats 8] [--paths float32 skinny int8]
+    python benchmarks/forward_cost.py [--tokens 1 2 3 4 8] [--repeats 8] [--paths float32 skinny onednn int8]
 """
 
 import argparse
@@ -18,6 +19,7 @@ import torch
 
 import mtdecode
 from mtdecode.bench import cpu_model
+from mtdecode.zoo import skinny
 from mtdecode.zoo.skinny import skinny_linears
 
 
@@ -25,7 +27,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8, 12, 16])
     parser.add_argument("--repeats", type=int, default=8)
-    paths = ["float32", "skinny", "int8"]
+    paths = ["float32", "skinny", "onednn", "int8"]
     parser.add_argument("--paths", nargs="+", choices=paths, default=paths)
     args = parser.parse_args()
     models = {}
@@ -38,6 +40,7 @@ def main() -> None:
     times: dict[tuple[str, int], list[float]] = {(path, n): [] for path in args.paths for n in args.tokens}
     for _ in range(args.repeats):
         for path, n in times:  # interleaved, so load on the machine hits every setting alike
+            skinny.ONEDNN = path == "onednn"
             runner = mtdecode.Runner(models[path], "target")
             runner.extend(context)
             runner.cache.commit()

@@ -64,6 +64,8 @@ def skinny_matmul(
 
 #: weight -> (its version, oneDNN's blocked copy); entries vanish with their weights
 _PACKED = WeakTensorKeyDictionary()
+#: False sends float32 through the transposed MKL product too (benchmarks/forward_cost.py compares the two)
+ONEDNN = True
 #: row count oneDNN's layout is chosen for (measured: 4 and 8 were equally fast from 1 to 32 rows, 1 was slower)
 PACKED_FOR_ROWS = 4
 
@@ -71,7 +73,8 @@ PACKED_FOR_ROWS = 4
 def uses_onednn(x: Tensor, weight: Tensor) -> bool:
     """Whether `fast_matmul` multiplies `x` by `weight` with oneDNN: float32 on CPU, no gradients, default precision."""
     return (
-        x.device.type == "cpu"
+        ONEDNN
+        and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and torch.backends.mkldnn.is_available()
         and _ieee_float32()
