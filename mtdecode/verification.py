@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mtdecode.sampling import RowRandom, draw
+from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
@@ -98,6 +98,57 @@ def verify_candidates(
     return Verdict(best, accepted, tokens)
 
 
+def verify_logits(
+    sampler: Sampler,
+    first: Float[Tensor, "batch vocab"],
+    after: Float[Tensor, "batch candidate length vocab"],
+    candidates: Int[Tensor, "batch candidate length"],
+    random: RowRandom,
+    rows: Bool[Tensor, " batch"] | None = None,
+) -> Verdict:
+    """`verify_candidates` on the target's logits: at temperature 0 by `verify_greedy`, which gives the same
+    verdict from the argmax tokens alone; otherwise on `sampler.probs` of the logits."""
+    if sampler.greedy:
+        return verify_greedy(first.argmax(-1), after.argmax(-1), candidates, random, rows)
+    return verify_candidates(sampler.probs(first), sampler.probs(after), candidates, random, rows)
+
+
+def verify_greedy(
+    first: Int[Tensor, " batch"],
+    after: Int[Tensor, "batch candidate length"],
+    candidates: Int[Tensor, "batch candidate length"],
+    random: RowRandom,
+    rows: Bool[Tensor, " batch"] | None = None,
+) -> Verdict:
+    """`verify_candidates` when p is one-hot (temperature 0), given the target's tokens instead of p: `first` is
+    its token after x0, `after[b, c, k]` its token after candidate c's tokens 0..k. A proposal is accepted exactly
+    when it is the target's token (p(x) is 1 or 0), so no number is drawn but the final token's, which is drawn
+    from the stream as the general rule does and then ignored: both rules leave the random streams alike."""
+    batch, count, length = candidates.shape
+    length = length if count else 0
+    device = first.device
+    rows = torch.ones(batch, dtype=torch.bool, device=device) if rows is None else rows
+    alive = torch.ones(batch, count, dtype=torch.bool, device=device)
+    stopped = ~rows
+    accepted = torch.zeros(batch, dtype=torch.long, device=device)
+    best = torch.full((batch,), -1, dtype=torch.long, device=device)
+    target = first.clone()  # the token greedy decoding emits next, per row
+    taken = torch.zeros(batch, length, dtype=torch.long, device=device)
+    for k in range(length):
+        proposals = torch.where(alive & ~stopped[:, None], candidates[:, :, k], NONE)
+        best = torch.where(stopped, best, _first_true(alive))
+        stopped = stopped | ~(proposals == target[:, None]).any(1)  # step 3: no proposal is the target's token
+        taken[:, k] = torch.where(stopped, 0, target)
+        accepted = accepted + (~stopped).long()
+        alive = alive & (candidates[:, :, k] == target[:, None])  # step 2
+        leader = _first_true(alive).clamp(min=0)  # as `p_after`: the first candidate still alive
+        target = torch.where(stopped, target, after[torch.arange(batch, device=device), leader, k])
+    best = torch.where(stopped, best, _first_true(alive))
+    random.uniform(rows.long())  # the general rule's final draw uses one number per drawing row
+    tokens, _ = with_new_token(taken, accepted, target)
+    return Verdict(best, accepted, tokens)
+
+
 def try_proposals(
     p: Float[Tensor, "batch vocab"], proposals: Int[Tensor, "batch candidate"], random: RowRandom
 ) -> tuple[Int[Tensor, " batch"], Float[Tensor, "batch vocab"]]:
@@ -159,8 +210,7 @@ def verify_chain(
     k = guesses.shape[1]
     fed = [row + guess for row, guess in zip(s.unread(s.target), guesses.clamp(min=0).tolist(), strict=True)]
     logits = s.target.extend(fed, logits_to_keep=k + 1)  # (batch, k + 1, vocab)
-    p = s.sampler.probs(logits)
-    verdict = verify_candidates(p[:, 0], p[:, None, 1:], guesses[:, None, :], s.random, s.active)
+    verdict = verify_logits(s.sampler, logits[:, 0], logits[:, None, 1:], guesses[:, None, :], s.random, s.active)
     s.target.cache.crop(s.lengths + verdict.accepted)  # the committed tokens + the accepted guesses
     drafted = (guesses >= 0).sum(1)
     steps = s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted)

@@ -179,3 +179,18 @@ def test_prompt_lookup_copies_less_where_copies_are_rejected():
     fixed = mtdecode.generate(target, prompt, PromptLookup(3, 10), max_new_tokens=30).steps
     assert [s.drafted for s in wide] == [s.drafted for s in fixed] and max(s.drafted for s in wide) > 2
     assert sum(s.drafted for s in narrow) < sum(s.drafted for s in wide)
+
+
+def test_a_copied_tokens_confidence_is_its_positions_acceptance_after_the_ones_before_it():
+    """CopyRecord counts position i + 1 as tried only where positions 1..i were all accepted, starting from an even
+    chance: after copies of 3 accepted whole and one of 3 rejected at its second token, position 1 held 4 of 4,
+    position 2 held 3 of 4, position 3 held 3 of 3."""
+    from mtdecode.strategies.prompt_lookup import CopyRecord
+
+    record = CopyRecord(batch=2, positions=4)
+    assert torch.allclose(record.confidence(0), torch.tensor([0.5, 0.5], dtype=torch.float64))
+    for accepted in (3, 3, 3, 1):
+        record.add(torch.tensor([3, 0]), torch.tensor([accepted, 0]))
+    expected = [(4 + 1) / (4 + 2), (3 + 1) / (4 + 2), (3 + 1) / (3 + 2), 0.5]
+    assert [round(float(record.confidence(i)[0]), 6) for i in range(4)] == [round(e, 6) for e in expected]
+    assert all(float(record.confidence(i)[1]) == 0.5 for i in range(4))  # a row that copied nothing learnt nothing

@@ -170,6 +170,7 @@ def test_tuned_lookahead_decodes_greedily_where_no_setting_can_win(monkeypatch):
     m = mtdecode.model.CausalLM.wrap(model())
     steep = {n: 1.0 if n == 1 else 0.9 * n + 0.1 for n in tuning.SIZES}
     monkeypatch.setattr(tuning, "forward_costs", lambda _model: steep)
+    monkeypatch.setattr(tuning, "scatter", lambda _model: {n: 0.0 for n in tuning.SIZES})
     assert tuning.lookahead_settings(m, None, None, None) is None
     assert tuning.lookahead_settings(m, 2, None, None) is not None  # a value given: the user asked for lookahead
     result = assert_greedy_parity(m, [1, 2, 3], Lookahead(), max_new_tokens=12)
@@ -179,6 +180,22 @@ def test_tuned_lookahead_decodes_greedily_where_no_setting_can_win(monkeypatch):
     monkeypatch.setattr(tuning, "forward_costs", lambda _model: flat)
     w, n, g = tuning.lookahead_settings(m, None, None, None)
     assert g >= 1 and "predicted" in tuning.explain(m)[1]
+
+
+def test_a_predicted_gain_within_the_measurements_scatter_is_not_taken(monkeypatch):
+    """Forwards of 2 to 4 tokens at 1.02x one token: the best setting is predicted a little above 1.0x. With
+    repeats that scatter by 0 it is taken; when the repeats scatter by more than the predicted gain, greedy."""
+    m = mtdecode.model.CausalLM.wrap(model())
+    mild = {n: 1.0 if n == 1 else 1.02 + 0.3 * (n - 4) * (n > 4) for n in tuning.SIZES}
+    monkeypatch.setattr(tuning, "forward_costs", lambda _model: mild)
+    w, n, g = tuning.choose(mild)
+    gain = tuning.predicted_speedup(mild, w, n, g) - 1
+    assert 0 < gain < 0.2
+    monkeypatch.setattr(tuning, "scatter", lambda _model: {s: 0.0 for s in tuning.SIZES})
+    assert tuning.lookahead_settings(m, None, None, None) == (w, n, g)
+    monkeypatch.setattr(tuning, "scatter", lambda _model: {s: gain for s in tuning.SIZES})  # margin = 2 x gain
+    assert tuning.lookahead_settings(m, None, None, None) is None
+    assert "within the measurement's scatter" in tuning.explain(m)[1]
 
 
 def test_tuned_lookahead_measures_once_and_decodes_exactly():

@@ -8,6 +8,8 @@ matches the exact distribution at a false-alarm rate of 1e-3
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mtdecode import verification
 from mtdecode.sampling import RowRandom, draw
@@ -98,3 +100,34 @@ def test_the_check_rejects_a_wrong_verifier(mutant, monkeypatch):
         verify = stale_bonus
     result = check_one_hot_verifier(verify, false_alarm=FALSE_ALARM)
     assert not result.passed, f"the {mutant} mutant went unnoticed: {result}"
+
+
+@given(data=st.data())
+def test_the_greedy_shortcut_gives_the_verdict_of_the_general_rule(data):
+    """`verify_greedy` on the target's tokens == `verify_candidates` on one-hot p: same candidate, count, tokens,
+    and the same use of every row's random stream. A vocabulary of 4 makes matches, ties between candidates and
+    repeated proposals common; -1 pads candidates; some rows do not take part."""
+    batch, count, length, vocab = (data.draw(st.integers(1, 3)), data.draw(st.integers(0, 3)),
+                                   data.draw(st.integers(1, 3)), 4)  # fmt: skip
+    token = st.integers(0, vocab - 1)
+    first = torch.tensor(data.draw(st.lists(token, min_size=batch, max_size=batch)), dtype=torch.long)
+    size = batch * count * length
+    after = torch.tensor(data.draw(st.lists(token, min_size=size, max_size=size)), dtype=torch.long)
+    after = after.reshape(batch, count, length)
+    proposed = st.integers(-1, vocab - 1)
+    candidates = torch.tensor(data.draw(st.lists(proposed, min_size=size, max_size=size)), dtype=torch.long)
+    candidates = candidates.reshape(batch, count, length)
+    rows = torch.tensor(data.draw(st.lists(st.booleans(), min_size=batch, max_size=batch)), dtype=torch.bool)
+    hot = torch.nn.functional.one_hot
+    seeds = list(range(batch))
+    general_random, greedy_random = RowRandom(seeds), RowRandom(seeds)
+    general = verify_candidates(hot(first, vocab).double(), hot(after, vocab).double(), candidates, general_random, rows)
+    greedy = verification.verify_greedy(first, after, candidates, greedy_random, rows)
+    drawing = rows.nonzero()[:, 0]
+    assert torch.equal(general.candidate[drawing], greedy.candidate[drawing])
+    assert torch.equal(general.accepted[drawing], greedy.accepted[drawing])
+    for b in drawing.tolist():
+        n = int(general.accepted[b]) + 1
+        assert general.tokens[b, :n].tolist() == greedy.tokens[b, :n].tolist()
+    assert torch.equal(general_random.uniform(torch.ones(batch, dtype=torch.long)),
+                       greedy_random.uniform(torch.ones(batch, dtype=torch.long)))  # fmt: skip

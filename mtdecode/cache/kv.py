@@ -167,13 +167,17 @@ class KVCache:
         source = order.clamp(min=0) + start  # (batch, kept)
         valid = self.valid.gather(1, source) & (order >= 0)
         positions = self.positions.gather(1, source)
+        end = start + source.shape[1]  # <= columns: a row keeps at most its pending entries
         for layer in self._layers():
-            # (batch, heads, start, dim) ++ the picked columns (batch, heads, kept, dim)
+            # the picked columns (batch, heads, kept, dim) overwrite columns [start, end) in place, and the
+            # rest is cut off: no copy of the committed columns (as long as the whole cache, every step)
             picked = source.to(layer.keys.device)[:, None, :, None].expand(
                 -1, layer.keys.shape[1], -1, layer.keys.shape[3]
             )
-            layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys.gather(2, picked)], dim=2)
-            layer.values = torch.cat([layer.values[:, :, :start], layer.values.gather(2, picked)], dim=2)
+            keys, values = layer.keys.gather(2, picked), layer.values.gather(2, picked)
+            layer.keys[:, :, start:end] = keys
+            layer.values[:, :, start:end] = values
+            layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
         self.valid = torch.cat([self.valid[:, :start], valid], dim=1)
         self.positions = torch.cat([self.positions[:, :start], positions], dim=1)
         self.committed = self.columns

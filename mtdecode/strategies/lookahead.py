@@ -48,7 +48,7 @@ from mtdecode.session import Session, Step
 from mtdecode.strategies.autoregressive import Autoregressive
 from mtdecode.strategies.jacobi import prompt_tokens
 from mtdecode.tensor_types import Float, Int, Tensor
-from mtdecode.verification import NONE, verify_candidates
+from mtdecode.verification import NONE, verify_logits
 
 
 @dataclass(frozen=True)
@@ -220,9 +220,8 @@ def verify_and_keep(
 ) -> list[Step]:
     """Section 3.3: verify the candidates, keep the cache entries of the context and the accepted tokens."""
     batch, vocab = x0_logits.shape
-    p_first = s.sampler.probs(x0_logits)
-    p_after = s.sampler.probs(candidate_logits).reshape(batch, layout.candidates, layout.length, vocab)
-    verdict = verify_candidates(p_first, p_after, candidates, s.random, s.active)
+    after = candidate_logits.reshape(batch, layout.candidates, layout.length, vocab)
+    verdict = verify_logits(s.sampler, x0_logits, after, candidates, s.random, s.active)
     # the context's entries, then the winning candidate's accepted tokens; the window and the other candidates go
     k = torch.arange(layout.length, device=s.device)
     chosen = layout.candidate_start + verdict.candidate.clamp(min=0)[:, None] * layout.length + k  # (batch, length)

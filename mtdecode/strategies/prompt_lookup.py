@@ -29,7 +29,7 @@ import torch
 from mtdecode import tuning
 from mtdecode.drafting import DraftCosts, DraftLength, check_counts
 from mtdecode.session import Session, Step
-from mtdecode.tensor_types import Int, Tensor
+from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.verification import NONE, verify_chain
 
 
@@ -55,28 +55,52 @@ class PromptLookup:
         check_counts(self, ("ngram", "num_draft_tokens", "max_draft_tokens"), optional=["num_draft_tokens"])
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
-        length = None
+        length = record = None
         if self.num_draft_tokens is None:
             length = DraftLength(self.costs or tuning.copy_costs(s.target.model), s.batch, s.device)
+            record = CopyRecord(s.batch, self.max_draft_tokens)
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens).tolist()  # the step adds one token
             copied = [lookup(tokens, self.ngram, k_b) for tokens, k_b in zip(s.tokens, k, strict=True)]  # step 1
             if length is not None:
-                copied = worth_verifying(copied, length)
+                copied = worth_verifying(copied, length, record)
             steps, _, accepted = verify_chain(s, padded(copied, s.device))  # step 2
             if length is not None:
-                length.record(torch.tensor([len(c) for c in copied], device=s.device), accepted)
+                drafted = torch.tensor([len(c) for c in copied])
+                length.record(drafted.to(s.device), accepted)
+                record.add(drafted, accepted.cpu())
             yield steps
 
 
-def worth_verifying(copied: list[list[int]], length: DraftLength) -> list[list[int]]:
-    """The prefix of each row's copy that `length`'s rule says pays for its verification. A copied token
-    has no confidence of its own; each counts as an even chance until the row's history says otherwise."""
+class CopyRecord:
+    """How often a copied token at each position of a copy was accepted, given the ones before it were, per row.
+
+    Copies hold or break as a whole (a quote goes on until the answer departs from it), so the chance that
+    token i + 1 holds after i held grows with i; this table gives each position its own rate, starting from
+    an even chance (one accepted and one rejected token as the prior)."""
+
+    def __init__(self, batch: int, positions: int) -> None:
+        self.hits = torch.ones(batch, positions, dtype=torch.float64)
+        self.tries = torch.full((batch, positions), 2.0, dtype=torch.float64)
+
+    def confidence(self, i: int) -> Float[Tensor, " batch"]:
+        """P(copied token i + 1 accepted | tokens 1..i accepted), per row."""
+        return self.hits[:, i] / self.tries[:, i]
+
+    def add(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
+        position = torch.arange(self.hits.shape[1])
+        self.tries += ((position <= accepted[:, None]) & (position < drafted[:, None])).double()
+        self.hits += (position < accepted[:, None]).double()
+
+
+def worth_verifying(copied: list[list[int]], length: DraftLength, record: CopyRecord) -> list[list[int]]:
+    """The prefix of each row's copy that `length`'s rule says pays for its verification; copied token i + 1
+    counts with its position's acceptance so far in this row (`CopyRecord`) as its confidence."""
     available = torch.tensor([len(row) for row in copied])  # (batch,)
     going, keep = length.start().cpu(), torch.zeros_like(available)
     for i in range(max(map(len, copied), default=0)):  # copied token i + 1 is kept while the rule goes on
         keep += going & (available > i)
-        going = going & length.more(0.5).cpu()
+        going = going & length.more(record.confidence(i).to(length.hits.device)).cpu()
     return [row[:n] for row, n in zip(copied, keep.tolist(), strict=True)]
 
 

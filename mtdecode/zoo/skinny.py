@@ -62,23 +62,23 @@ def skinny_matmul(
     return (weight @ flat.T)[:, :rows].T.reshape(*x.shape[:-1], weight.shape[0])
 
 
-#: weight -> (its version, oneDNN's blocked copy); entries vanish with their weights
-_PACKED = WeakTensorKeyDictionary()
 #: False sends float32 through the transposed MKL product too (benchmarks/forward_cost.py compares the two)
 ONEDNN = True
 #: row count oneDNN's layout is chosen for (measured: 4 and 8 were equally fast from 1 to 32 rows, 1 was slower)
 PACKED_FOR_ROWS = 4
+_HAVE_ONEDNN = torch.backends.mkldnn.is_available()
 
 
 def uses_onednn(x: Tensor, weight: Tensor) -> bool:
     """Whether `fast_matmul` multiplies `x` by `weight` with oneDNN: float32 on CPU, no gradients, default precision."""
     return (
         ONEDNN
+        and _HAVE_ONEDNN
+        and x.dtype is torch.float32
+        and weight.dtype is torch.float32
         and x.device.type == "cpu"
-        and x.dtype == weight.dtype == torch.float32
-        and torch.backends.mkldnn.is_available()
-        and _ieee_float32()
         and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        and _ieee_float32()
     )
 
 
@@ -88,22 +88,31 @@ def _ieee_float32() -> bool:
     return precision in ("none", "ieee")
 
 
-def packed(weight: Float[Tensor, "dim_out dim_in"]) -> Tensor:
-    """oneDNN's blocked copy of `weight`, made once and made again if the weight changes in place."""
+def packed(weight: Float[Tensor, "dim_out dim_in"], held: dict | None = None) -> Tensor:
+    """oneDNN's blocked copy of `weight`, made once and made again if the weight changes in place.
+
+    `held`: where to keep it (a layer's own dict, the fastest to look up); default: a table keyed by the weight.
+    """
     version = (weight.data_ptr(), weight._version)
-    entry = _PACKED.get(weight)
+    table = _PACKED if held is None else held
+    key = weight if held is None else "onednn"
+    entry = table.get(key)
     if entry is None or entry[0] != version:
         entry = (version, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_FOR_ROWS))
-        _PACKED[weight] = entry
+        table[key] = entry
     return entry[1]
 
 
+#: weight -> (its version, oneDNN's blocked copy), for weights outside a `SkinnyLinear`; entries go with the weights
+_PACKED = WeakTensorKeyDictionary()
+
+
 def fast_matmul(
-    x: Float[Tensor, "*rows dim_in"], weight: Float[Tensor, "dim_out dim_in"]
+    x: Float[Tensor, "*rows dim_in"], weight: Float[Tensor, "dim_out dim_in"], held: dict | None = None
 ) -> Float[Tensor, "*rows dim_out"]:
     """`x @ weight.T` by the fastest path measured: oneDNN for float32 on CPU (`uses_onednn`), else `skinny_matmul`."""
     if uses_onednn(x, weight):
-        return torch.ops.mkldnn._linear_pointwise(x, packed(weight), None, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, packed(weight, held), None, "none", [], "")
     return skinny_matmul(x, weight)
 
 
@@ -111,8 +120,12 @@ class SkinnyLinear(nn.Linear):
     """An `nn.Linear` whose forward is `fast_matmul` (same parameters, same state dict)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        y = fast_matmul(x, self.weight)
+        y = fast_matmul(x, self.weight, self.__dict__.setdefault("_onednn", {}))
         return y if self.bias is None else y + self.bias
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
+        return {key: value for key, value in state.items() if key != "_onednn"}  # a copy packs its own weight
 
 
 def skinny_linears(model: nn.Module, enable: bool = True) -> nn.Module:
