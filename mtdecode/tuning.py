@@ -198,7 +198,7 @@ def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
         name, size = f"Lookahead(prompt_pool={pool})", (w + g) * (n - 1)
         noise = margin(model, size)
         if speed > 1 + noise:
-            lines.append(f"{name}: W={w}, N={n}, G={g}, predicted {speed:.2f}x greedy (measurement scatter {noise:.0%})")
+            lines.append(f"{name}: W={w}, N={n}, G={g}, predicted {speed:.2f}x greedy (scatter {noise:.0%})")
         else:
             lines.append(
                 f"{name}: decodes greedily; its best setting W={w}, N={n}, G={g} is predicted at only {speed:.2f}x "

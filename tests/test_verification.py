@@ -121,7 +121,8 @@ def test_the_greedy_shortcut_gives_the_verdict_of_the_general_rule(data):
     hot = torch.nn.functional.one_hot
     seeds = list(range(batch))
     general_random, greedy_random = RowRandom(seeds), RowRandom(seeds)
-    general = verify_candidates(hot(first, vocab).double(), hot(after, vocab).double(), candidates, general_random, rows)
+    p_first, p_after = hot(first, vocab).double(), hot(after, vocab).double()
+    general = verify_candidates(p_first, p_after, candidates, general_random, rows)
     greedy = verification.verify_greedy(first, after, candidates, greedy_random, rows)
     drawing = rows.nonzero()[:, 0]
     assert torch.equal(general.candidate[drawing], greedy.candidate[drawing])
