@@ -4,7 +4,8 @@ A lookahead step feeds (W + G)(N - 1) tokens: the window's N - 1 rows of W (x0 i
 and G candidates of N - 1. Whether that pays depends on how the forward cost grows with
 the number of tokens. On a large GPU it hardly grows up to a few hundred tokens, which is
 why the paper's defaults are W = 7, N = 5, G = 7 (56 tokens); on a 2-core CPU a forward over
-8 tokens already costs about 1.4 times a 1-token forward (`benchmarks/forward_cost.py`).
+8 tokens costs about 1.2 times a 1-token forward and one over 56 about 2.7 times
+(`benchmarks/forward_cost.py`).
 
 `forward_costs` measures that growth once per model and device (cached for the process);
 `choose` then picks the (W, N, G) with the best predicted tokens per second:
@@ -19,6 +20,10 @@ step), or c = G when the pool is seeded from the prompt. The hit rates are fitte
 `PROMPT_POOL_HIT_RATE` on code-editing prompts with the prompt's n-grams in the pool. They
 describe those prompts, not the text you decode; the settings they give are a starting
 point that `benchmarks/speedup.py` checks.
+
+The model leaves out each step's bookkeeping, and the costs are measured on a shared machine,
+so a predicted gain counts only if it exceeds the measurement's own scatter (`margin`): below
+that, `Lookahead()` decodes greedily.
 """
 
 import statistics

@@ -16,9 +16,9 @@ With no match the step is a plain decoding step.
 
 How many of the copied tokens to verify: by default as many as pay for their share of the
 wider forward (`mtdecode.drafting`: copying costs nothing, but a target forward over 11
-tokens can cost twice one over 1 on a CPU), judged from how often this row's copied tokens
-were accepted so far; at most `max_draft_tokens`. The rule never looks at p, so the output
-stays exact. `num_draft_tokens=k` copies up to k instead.
+tokens costs more than one over 1), judged from how often this row's copied tokens at each
+position were accepted so far (`CopyRecord`); at most `max_draft_tokens`. The rule never
+looks at p, so the output stays exact. `num_draft_tokens=k` copies up to k instead.
 """
 
 from collections.abc import Iterator
