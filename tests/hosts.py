@@ -7,7 +7,9 @@ rounding fails on another's. This command reproduces those hosts on the one at h
 the tests below once per combination of
 
 - torch's CPU kernels, `ATEN_CPU_CAPABILITY` = default, avx2, and avx512 where this CPU has it,
-  each with MKL's matching instruction set (`MKL_ENABLE_INSTRUCTIONS` = SSE4_2, AVX2, AVX512);
+  each with MKL's and oneDNN's matching instruction sets (`MKL_ENABLE_INSTRUCTIONS` = SSE4_2,
+  AVX2, AVX512; `ONEDNN_MAX_CPU_ISA` = SSE41, AVX2, AVX512_CORE: oneDNN multiplies float32 on
+  CPU, `mtdecode.zoo.skinny`, and picks other kernels under each, with other rounding);
 - torch threads, 1 and 2 (`MTDECODE_TEST_THREADS`, read by tests/conftest.py);
 
 always in a shuffled order (pytest-random-order, one seed for the whole run, printed at the
@@ -42,8 +44,9 @@ TESTS = [
     "tests/test_smollm2.py",  # float32 real model: near ties
     "tests/test_drafting.py",  # greedy parity with the stopping rule; seeded batch rows against rows alone
     "tests/test_int8.py",  # bitwise row independence of the int8 product; parity on an int8 model
+    "tests/test_zoo.py",  # oneDNN's float32 product within the rounding bound
 ]
-KERNELS = [("default", "SSE4_2"), ("avx2", "AVX2"), ("avx512", "AVX512")]
+KERNELS = [("default", "SSE4_2", "SSE41"), ("avx2", "AVX2", "AVX2"), ("avx512", "AVX512", "AVX512_CORE")]
 THREADS = [1, 2]
 
 
@@ -64,12 +67,14 @@ def main(argv: list[str]) -> int:
     if len(kernels) < len(KERNELS):
         print("this CPU has no AVX-512: the avx512 kernels are skipped", flush=True)
     failed = []
-    for capability, mkl in kernels:
+    for capability, mkl, onednn in kernels:
         for threads in THREADS:
             env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, MKL_ENABLE_INSTRUCTIONS=mkl)
+            env["ONEDNN_MAX_CPU_ISA"] = onednn
             env["MTDECODE_TEST_THREADS"] = str(threads)
             env.setdefault("MTDECODE_HYPOTHESIS_PROFILE", "hosts")
-            label = f"ATEN_CPU_CAPABILITY={capability} MKL_ENABLE_INSTRUCTIONS={mkl} threads={threads}"
+            label = f"ATEN_CPU_CAPABILITY={capability} MKL_ENABLE_INSTRUCTIONS={mkl} ONEDNN_MAX_CPU_ISA={onednn} "
+            label += f"threads={threads}"
             print(f"\n=== {label}", flush=True)
             workers = str(max(1, (os.cpu_count() or 1) // threads))  # every core busy, each with `threads` threads
             command = [sys.executable, "-m", "pytest", "-q", "-n", workers]
