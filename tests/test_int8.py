@@ -4,6 +4,9 @@ quantization allows, and in float64 strategies reproduce the quantized model's o
 
 import copy
 import functools
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,7 +14,11 @@ import torch
 import mtdecode
 from mtdecode.strategies import Lookahead, Speculative
 from mtdecode.testing import assert_greedy_parity, tiny_model
-from mtdecode.zoo.int8 import LEVELS, Int8Linear, int8_linears
+from mtdecode.zoo import int8
+from mtdecode.zoo.int8 import LEVELS, Int8Linear, exact_int_mm, int8_linears
+
+#: int8 layers exist only where torch._int_mm is exact (CPUs with VNNI); elsewhere they are refused (tested below)
+needs_exact_int_mm = pytest.mark.skipif(not exact_int_mm(), reason="torch._int_mm saturates on this CPU (no VNNI)")
 
 VOCAB = 64
 
@@ -21,6 +28,7 @@ def layer(seed: int = 0, *, bias: bool = True, dtype=torch.float32) -> torch.nn.
     return torch.nn.Linear(48, 40, bias=bias).to(dtype)
 
 
+@needs_exact_int_mm
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_a_row_gives_the_same_bits_whatever_rows_come_with_it(dtype):
     q = Int8Linear(layer(dtype=dtype))
@@ -31,6 +39,7 @@ def test_a_row_gives_the_same_bits_whatever_rows_come_with_it(dtype):
         assert torch.equal(q(x[row : row + 1]), together[row : row + 1])
 
 
+@needs_exact_int_mm
 def test_the_product_is_within_the_quantization_error():
     """|x w - s_x x_q s_w w_q| <= sum_k |x_k| s_w / 2 + |w_k| s_x / 2 + s_x s_w / 4 per output (round to nearest
     halves a step), plus float64 rounding, which is far below it."""
@@ -53,6 +62,7 @@ def int8_model():
     return mtdecode.CausalLM(int8_linears(copy.deepcopy(tiny_model("llama", vocab_size=VOCAB, seed=5))))
 
 
+@needs_exact_int_mm
 def test_the_int8_model_obeys_masks_and_strategies_stay_exact_with_it():
     """`CausalLM` probes that a hidden token changes nothing: torch's per-tensor dynamic quantization fails
     that probe, per-row scales pass it. Then speculative and lookahead equal greedy decoding of the int8 model."""
@@ -83,6 +93,7 @@ def test_nonsense_quantize_settings_are_refused_before_loading(settings, message
         mtdecode.load_model("no-such-folder", **settings)
 
 
+@needs_exact_int_mm
 def test_torch_dynamic_quantization_would_let_rows_influence_each_other():
     """Why the module has its own layer: torch's dynamic int8 layer quantizes all rows with one scale, so one row
     with large activations changes the others' outputs (on SmolLM2, `CausalLM`'s mask probe refuses such a model:
@@ -99,3 +110,19 @@ def test_torch_dynamic_quantization_would_let_rows_influence_each_other():
     assert not torch.equal(theirs(x[:1]), theirs(x)[:1])
     ours = Int8Linear(layer())
     assert torch.equal(ours(x[:1]), ours(x)[:1])
+
+
+def test_int8_layers_are_refused_where_int_mm_saturates(monkeypatch):
+    monkeypatch.setattr(int8, "exact_int_mm", lambda: False)
+    with pytest.raises(RuntimeError, match="saturates"):
+        Int8Linear(layer())
+    with pytest.raises(RuntimeError, match="saturates"):
+        int8_linears(torch.nn.Sequential(layer()))
+
+
+def test_the_check_sees_the_saturation_of_a_cpu_without_vnni():
+    """oneDNN limited to AVX2 (as on AMD before Zen 4) adds byte products in 16-bit pairs: the check must say so."""
+    code = "from mtdecode.zoo.int8 import exact_int_mm; print(exact_int_mm())"
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -53,7 +53,8 @@ def load_model(
       rounding: a last-bit difference between a 1-token and a k-token forward can move an
       activation across a rounding step of the int8 grid, so exact strategies reproduce the
       int8 model's own greedy tokens less often than in float32 (2 of 8 code answers in
-      the benchmark). Keep it for speed, never for exactness tests.
+      the benchmark). Keep it for speed, never for exactness tests. It needs a CPU with VNNI
+      instructions, where `torch._int_mm` is exact; elsewhere it raises `RuntimeError`.
 
     **Returns:**
 

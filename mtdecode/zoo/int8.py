@@ -23,7 +23,16 @@ float32; `benchmarks/int8_quality.py` measures how different.
 `torch._int_mm` (int8 x int8 -> int32) is fast on x86 CPUs for few rows: measured on a
 2-core AMD EPYC for a 576 -> 1536 layer, about 0.02 ms for 1 to 8 rows against 0.05 ms
 (1 row) to 0.16 ms (8 rows) in float32 (`benchmarks/forward_cost.py --paths int8`).
+
+**It is exact only on CPUs with VNNI** (AVX-VNNI or AVX512-VNNI dot-product instructions).
+Without them, torch's oneDNN kernels add pairs of byte products in 16-bit integers, which
+saturate: with `ONEDNN_MAX_CPU_ISA=AVX2` or `AVX512_CORE`, 9 x 48 by 48 x 40 random int8
+matrices came out up to 26,585 off. Such CPUs exist among this project's hosts (AMD before
+Zen 4, Intel before Cascade Lake), so `int8_linears` first checks that the product is exact
+here (`exact_int_mm`) and refuses with a clear error where it is not.
 """
+
+import functools
 
 import torch
 from torch import nn
@@ -34,16 +43,31 @@ from mtdecode.tensor_types import Float, Int, Tensor
 LEVELS = 127
 
 
+@functools.cache
+def exact_int_mm() -> bool:
+    """Whether `torch._int_mm` sums exactly on this CPU: a product whose int16 pair sums would saturate (127 x 127
+    twice is 32,258 per pair, 64 pairs) must come out at 128 x 127 x (-127) in every entry."""
+    a, b = torch.full((8, 128), 127, dtype=torch.int8), torch.full((128, 8), -127, dtype=torch.int8)
+    return bool((torch._int_mm(a, b) == -128 * 127 * 127).all())
+
+
 class Int8Linear(nn.Module):
     """`y = x W^T + b` with W in int8 (a scale per output channel) and x quantized per row.
 
     **Arguments:**
 
     - `linear`: the float `nn.Linear` to quantize (its weight is read once).
+
+    **Raises:** `RuntimeError` on a CPU where `torch._int_mm` is not exact (`exact_int_mm`).
     """
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
+        if not exact_int_mm():
+            raise RuntimeError(
+                "int8 layers need exact int8 products, but torch._int_mm on this CPU saturates (oneDNN without "
+                "VNNI instructions, or ONEDNN_MAX_CPU_ISA below AVX2_VNNI); load the model without quantize="
+            )
         weight = linear.weight.detach()  # (out, in)
         scale = weight.abs().amax(dim=1).clamp(min=torch.finfo(weight.dtype).tiny) / LEVELS  # (out,)
         quantized = torch.round(weight / scale[:, None]).clamp(-LEVELS, LEVELS).to(torch.int8)
@@ -77,6 +101,8 @@ def int8_linears(model: nn.Module) -> nn.Module:
     """Replace every `nn.Linear` in `model` (subclasses included) by an `Int8Linear`, in place; returns `model`.
 
     A tied output layer gets its own int8 copy; the input embedding stays float.
+
+    **Raises:** `ValueError` for layer sizes `torch._int_mm` cannot take; `RuntimeError` as `Int8Linear`.
     """
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
