@@ -15,7 +15,8 @@ rate so far:
   token it drew; at temperature 0 the draft's softmax), calibrated per row by how often
   guesses of that confidence were accepted earlier in the run;
 - a, the chance that the next, not yet drafted guess is accepted, is the row's acceptance
-  rate so far;
+  rate so far, or, where that chance is known before the guess is made (a copied token's
+  position, in prompt lookup), that;
 - t and c are measured on the host (`mtdecode.tuning.draft_costs`).
 
 A row whose acceptance says that not even a first guess pays drafts nothing, at greedy cost;
@@ -98,23 +99,29 @@ class DraftLength:
         self.patience = torch.full((batch,), PATIENCE, dtype=torch.long, device=device)
         self.start()
 
-    def start(self) -> Bool[Tensor, " batch"]:
+    def start(self, upcoming: Float[Tensor, " batch"] | None = None) -> Bool[Tensor, " batch"]:
         """A new step, no guess drafted yet: which rows should draft a first guess (the rule with i = 0,
-        pi_0 = 1, E(0) = 1, T(0) = 1: a draft whose acceptance cannot pay for a guess is not used)."""
+        pi_0 = 1, E(0) = 1, T(0) = 1: a draft whose acceptance cannot pay for a guess is not used).
+        `upcoming`: the first guess's chance of acceptance where it is known before drafting (default: a)."""
         batch, device = self.hits.shape[0], self.hits.device
         self.survive = torch.ones(batch, dtype=torch.float64, device=device)  # pi_i
         self.expected = torch.ones(batch, dtype=torch.float64, device=device)  # E(i)
         self.confidences: list[Float[Tensor, " batch"]] = []
+        self.upcoming = upcoming
         pays = self.pays()
         self.probing = ~pays & (self.rested >= self.patience)  # a rested row tries one guess
         return pays | self.probing
 
-    def more(self, confidence: Float[Tensor, " batch"] | float) -> Bool[Tensor, " batch"]:
+    def more(
+        self, confidence: Float[Tensor, " batch"] | float, upcoming: Float[Tensor, " batch"] | None = None
+    ) -> Bool[Tensor, " batch"]:
         """After guess i, drawn with the draft's `confidence` in it (one number for every row where the
-        guesses carry none): which rows should draft guess i + 1."""
+        guesses carry none): which rows should draft guess i + 1. `upcoming`: guess i + 1's chance of
+        acceptance where it is known before drafting it (default: the row's acceptance a)."""
         if isinstance(confidence, float):
             confidence = torch.full_like(self.survive, confidence)
         confidence = confidence.double().clamp(0, 1)
+        self.upcoming = upcoming
         self.confidences.append(confidence)
         self.survive = self.survive * self.calibrated(confidence)  # pi_i = pi_{i-1} * P(guess i accepted)
         self.expected = self.expected + self.survive  # E(i)
@@ -124,7 +131,8 @@ class DraftLength:
         """(rule) for guess i + 1, i the guesses drafted so far."""
         i = len(self.confidences)
         added = self.costs.draft + self.costs.t(i + 2) - self.costs.t(i + 1)
-        pays = self.survive * self.acceptance() * self.costs.step(i) > self.expected * added
+        a = self.acceptance() if self.upcoming is None else self.upcoming.to(self.survive)
+        pays = self.survive * a * self.costs.step(i) > self.expected * added
         return pays & ~self.probing if i > 0 else pays  # a try is one guess
 
     def calibrated(self, confidence: Float[Tensor, " batch"]) -> Float[Tensor, " batch"]:

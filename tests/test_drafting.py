@@ -41,6 +41,18 @@ def test_the_rule_by_hand():
     assert more.tolist() == [True, False]
 
 
+def test_a_chance_known_before_the_guess_replaces_the_rows_acceptance():
+    """Copied tokens: the next one's chance is known before it is verified, and the rule weighs that instead of
+    the row's acceptance a. Same numbers as the test above with a = 1/2, then with the next chance 0.3 and 0.9."""
+    length = DraftLength(linear(0.1, 0.2), batch=2, device=torch.device("cpu"))
+    # guess 1: 0.25 < 0.3 (no first guess) in row 0, 0.35 > 0.3 in row 1
+    assert length.start(upcoming=torch.tensor([0.25, 0.35], dtype=torch.float64)).tolist() == [False, True]
+    # after a guess of confidence 0.9 in both rows (pi_1 = 0.9, E(1) = 1.9, T(1) = 1.3, added 0.3: need > 0.57):
+    # next chance 0.3: 0.9 * 0.3 * 1.3 = 0.351, no; 0.9: 0.9 * 0.9 * 1.3 = 1.053, yes (a = 1/2 gave 0.585, yes)
+    more = length.more(torch.tensor([0.9, 0.9], dtype=torch.float64), torch.tensor([0.3, 0.9], dtype=torch.float64))
+    assert more.tolist() == [False, True]
+
+
 def test_record_counts_the_guesses_each_row_tried():
     length = DraftLength(linear(0.1, 0.2), batch=2, device=torch.device("cpu"))
     length.start()
@@ -184,13 +196,19 @@ def test_prompt_lookup_copies_less_where_copies_are_rejected():
 def test_a_copied_tokens_confidence_is_its_positions_acceptance_after_the_ones_before_it():
     """CopyRecord counts position i + 1 as tried only where positions 1..i were all accepted, starting from an even
     chance: after copies of 3 accepted whole and one of 3 rejected at its second token, position 1 held 4 of 4,
-    position 2 held 3 of 4, position 3 held 3 of 3."""
+    position 2 held 3 of 4, position 3 held 3 of 3, position 4 was never tried. A position's confidence is the
+    highest rate up to it (a copy that held so far holds on at least as often)."""
     from mtdecode.strategies.prompt_lookup import CopyRecord
 
     record = CopyRecord(batch=2, positions=4)
     assert torch.allclose(record.confidence(0), torch.tensor([0.5, 0.5], dtype=torch.float64))
     for accepted in (3, 3, 3, 1):
         record.add(torch.tensor([3, 0]), torch.tensor([accepted, 0]))
-    expected = [(4 + 1) / (4 + 2), (3 + 1) / (4 + 2), (3 + 1) / (3 + 2), 0.5]
+    rates = [(4 + 1) / (4 + 2), (3 + 1) / (4 + 2), (3 + 1) / (3 + 2), 0.5]
+    assert torch.allclose(record.hits[0] / record.tries[0], torch.tensor(rates, dtype=torch.float64))
+    assert [round(float(record.confidence(i)[0]), 6) for i in range(4)] == [round(5 / 6, 6)] * 4
+    for _ in range(4):  # position 1 fails 4 more times: 5/10; then position 2's 4/6 and position 3's 4/5 count
+        record.add(torch.tensor([1, 0]), torch.tensor([0, 0]))
+    expected = [0.5, 4 / 6, 0.8, 0.8]
     assert [round(float(record.confidence(i)[0]), 6) for i in range(4)] == [round(e, 6) for e in expected]
     assert all(float(record.confidence(i)[1]) == 0.5 for i in range(4))  # a row that copied nothing learnt nothing

@@ -80,12 +80,15 @@ class CopyRecord:
     an even chance (one accepted and one rejected token as the prior)."""
 
     def __init__(self, batch: int, positions: int) -> None:
+        self.positions = positions
         self.hits = torch.ones(batch, positions, dtype=torch.float64)
         self.tries = torch.full((batch, positions), 2.0, dtype=torch.float64)
 
     def confidence(self, i: int) -> Float[Tensor, " batch"]:
-        """P(copied token i + 1 accepted | tokens 1..i accepted), per row."""
-        return self.hits[:, i] / self.tries[:, i]
+        """P(copied token i + 1 accepted | tokens 1..i accepted), per row: the highest rate of positions 1..i + 1,
+        since a copy that held so far holds on at least as often (and a deep position tried seldom would
+        otherwise keep its even-chance prior)."""
+        return (self.hits[:, : i + 1] / self.tries[:, : i + 1]).amax(dim=1)
 
     def add(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         position = torch.arange(self.hits.shape[1])
@@ -95,12 +98,15 @@ class CopyRecord:
 
 def worth_verifying(copied: list[list[int]], length: DraftLength, record: CopyRecord) -> list[list[int]]:
     """The prefix of each row's copy that `length`'s rule says pays for its verification; copied token i + 1
-    counts with its position's acceptance so far in this row (`CopyRecord`) as its confidence."""
+    counts with its position's acceptance so far in this row (`CopyRecord`) as its confidence, known before the
+    rule decides whether to verify it."""
     available = torch.tensor([len(row) for row in copied])  # (batch,)
-    going, keep = length.start().cpu(), torch.zeros_like(available)
+    device = length.hits.device
+    going, keep = length.start(upcoming=record.confidence(0).to(device)).cpu(), torch.zeros_like(available)
     for i in range(max(map(len, copied), default=0)):  # copied token i + 1 is kept while the rule goes on
         keep += going & (available > i)
-        going = going & length.more(record.confidence(i).to(length.hits.device)).cpu()
+        upcoming = record.confidence(i + 1).to(device) if i + 1 < record.positions else None
+        going = going & length.more(record.confidence(i).to(device), upcoming).cpu()
     return [row[:n] for row, n in zip(copied, keep.tolist(), strict=True)]
 
 
