@@ -20,13 +20,14 @@ The result is the same product summed in a different order, so it can differ fro
 strategy computes, only rounding. `load_model` applies it to CPU models it builds;
 `skinny_linears(model)` applies it to any model.
 
-**oneDNN, for float32.** MKL's products for 8 or more rows run at about 56 GFLOP/s on the
+**oneDNN, for float32.** MKL's products for 8 or more rows run at 61 to 81 GFLOP/s on the
 2-core AMD EPYC host, far below what its AVX-512 units do, so a forward over 8 tokens cost
 twice a 1-token forward even with the transposed product. oneDNN (shipped inside torch as
 `torch.ops.mkldnn`) with the weight copied once into its blocked layout reads the weights
-at the memory's rate and keeps the arithmetic cheap: every linear layer of SmolLM2 over
-1, 8 and 16 rows took 16, 18 and 21 ms in all, against 14, 35 and 47 ms, and the model's
-forward over 16 tokens now costs 1.4x a 1-token forward instead of 2.7x
+at the memory's rate and keeps the arithmetic cheap: all linear layers of SmolLM2's shapes
+over 1, 8 and 16 rows took 15.0, 16.1 and 18.6 ms, against 15.6, 27.7 and 41.9 ms
+(`python benchmarks/linear_kernels.py`), and the model's forward over 16 tokens now costs
+1.35x a 1-token forward instead of 2.81x
 (`python benchmarks/forward_cost.py`). It computes the same IEEE float32 products in
 another order (`torch.backends.mkldnn` left at its default precision, which is checked),
 so again only rounding changes. `SkinnyLinear` takes this path for float32 on CPU when
@@ -88,31 +89,26 @@ def _ieee_float32() -> bool:
     return precision in ("none", "ieee")
 
 
-def packed(weight: Float[Tensor, "dim_out dim_in"], held: dict | None = None) -> Tensor:
-    """oneDNN's blocked copy of `weight`, made once and made again if the weight changes in place.
-
-    `held`: where to keep it (a layer's own dict, the fastest to look up); default: a table keyed by the weight.
-    """
+def packed(weight: Float[Tensor, "dim_out dim_in"]) -> Tensor:
+    """oneDNN's blocked copy of `weight`, made once and made again if the weight changes in place."""
     version = (weight.data_ptr(), weight._version)
-    table = _PACKED if held is None else held
-    key = weight if held is None else "onednn"
-    entry = table.get(key)
+    entry = _PACKED.get(weight)
     if entry is None or entry[0] != version:
         entry = (version, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_FOR_ROWS))
-        table[key] = entry
+        _PACKED[weight] = entry
     return entry[1]
 
 
-#: weight -> (its version, oneDNN's blocked copy), for weights outside a `SkinnyLinear`; entries go with the weights
+#: weight -> (its version, oneDNN's blocked copy); entries go with their weights, and a copied model packs its own
 _PACKED = WeakTensorKeyDictionary()
 
 
 def fast_matmul(
-    x: Float[Tensor, "*rows dim_in"], weight: Float[Tensor, "dim_out dim_in"], held: dict | None = None
+    x: Float[Tensor, "*rows dim_in"], weight: Float[Tensor, "dim_out dim_in"]
 ) -> Float[Tensor, "*rows dim_out"]:
     """`x @ weight.T` by the fastest path measured: oneDNN for float32 on CPU (`uses_onednn`), else `skinny_matmul`."""
     if uses_onednn(x, weight):
-        return torch.ops.mkldnn._linear_pointwise(x, packed(weight, held), None, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, packed(weight), None, "none", [], "")
     return skinny_matmul(x, weight)
 
 
@@ -120,12 +116,8 @@ class SkinnyLinear(nn.Linear):
     """An `nn.Linear` whose forward is `fast_matmul` (same parameters, same state dict)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        y = fast_matmul(x, self.weight, self.__dict__.setdefault("_onednn", {}))
+        y = fast_matmul(x, self.weight)
         return y if self.bias is None else y + self.bias
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
-        return {key: value for key, value in state.items() if key != "_onednn"}  # a copy packs its own weight
 
 
 def skinny_linears(model: nn.Module, enable: bool = True) -> nn.Module:
