@@ -14,7 +14,7 @@ import time
 import mtdecode
 from mtdecode import model as adapter
 from mtdecode.bench import _tokenize, load_suite
-from mtdecode.strategies import Autoregressive, Lookahead, PromptLookup, Speculative
+from mtdecode.strategies import MTAD, Autoregressive, Lookahead, PromptLookup, Speculative
 
 
 def main() -> None:
@@ -38,6 +38,7 @@ def main() -> None:
         "lookahead(3,2,3)": Lookahead(3, 2, 3),  # a setting, not the greedy fallback this host may choose
         "prompt_lookup": PromptLookup(),
         "speculative": Speculative(draft),
+        "mtad": MTAD(draft),
     }
     settings = dict(max_new_tokens=64, eos_token_id=tokenizer.eos_token_id, seed=0)
     for strategy in strategies.values():  # warm-up (and the one-off cost measurements)

@@ -19,6 +19,12 @@ rate so far:
   position, in prompt lookup), that;
 - t and c are measured on the host (`mtdecode.tuning.draft_costs`).
 
+Where every guess's chance is known before any is verified (prompt lookup's copied tokens, whose
+positions' acceptance is on record), `DraftLength.plan` picks the number of guesses k at once, as
+the k that maximises E(k) - r T(k), with r the row's rate so far (tokens per unit of cost): unlike
+growing the draft one guess at a time, it sees past a dearer width to a cheaper wider one (on some
+hosts a forward over 2 tokens costs more than one over 4).
+
 A row whose acceptance says that not even a first guess pays drafts nothing, at greedy cost;
 so that a bad start does not stop it for good, it tries one guess after `PATIENCE` steps
 without drafting, and waits twice as long after each try that is rejected.
@@ -82,7 +88,8 @@ class DraftCosts:
 
 
 class DraftLength:
-    """The rule above, for each row of a batch; `start` a step, ask `more` after each guess, then `record`.
+    """The rule above, for each row of a batch; `start` a step, ask `more` after each guess, then `record`
+    (or, where the guesses' chances are known in advance, `plan` the step, then `record`).
 
     **Arguments:**
 
@@ -97,6 +104,9 @@ class DraftLength:
         self.tries = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # verified guesses per bin
         self.rested = torch.zeros(batch, dtype=torch.long, device=device)  # steps since the row last drafted
         self.patience = torch.full((batch,), PATIENCE, dtype=torch.long, device=device)
+        # the row's rate so far, tokens per unit of cost (one greedy step as the prior): what a planned step must beat
+        self.gained = torch.ones(batch, dtype=torch.float64, device=device)
+        self.spent = torch.ones(batch, dtype=torch.float64, device=device)
         self.start()
 
     def start(self, upcoming: Float[Tensor, " batch"] | None = None) -> Bool[Tensor, " batch"]:
@@ -135,10 +145,34 @@ class DraftLength:
         pays = self.survive * a * self.costs.step(i) > self.expected * added
         return pays & ~self.probing if i > 0 else pays  # a try is one guess
 
-    def calibrated(self, confidence: Float[Tensor, " batch"]) -> Float[Tensor, " batch"]:
+    def plan(self, chances: Float[Tensor, "batch guesses"], available: Int[Tensor, " batch"]) -> Int[Tensor, " batch"]:
+        """A step whose guesses' chances are all known before any is verified: how many of row b's guesses to
+        verify, the k <= `available[b]` that maximises E(k) - r T(k), r being the row's rate so far (tokens per
+        unit of cost over its recorded steps; 1 before any); k = 0 (none) scores 1 - r, and the fewest guesses
+        win among equals. That is the choice that raises the row's overall rate most (Dinkelbach's rule for a
+        ratio of sums): a step that merely maximised its own E / T would stop a good copy early, where each
+        further token still beats the run's rate but not the step's. `chances[b, i]` is guess i + 1's chance of
+        acceptance given guesses 1..i were accepted; it is calibrated as a confidence is in `more`. A row that
+        plans none tries one guess after `PATIENCE` idle steps, as with `start`. Call `record` after
+        verification."""
+        batch, width = chances.shape
+        chances = chances.double().clamp(0, 1)
+        survive = self.calibrated(chances).cumprod(1)  # (batch, guesses): pi_1..pi_width
+        ones = torch.ones(batch, 1, dtype=torch.float64, device=chances.device)
+        expected = torch.cat([ones, 1 + survive.cumsum(1)], dim=1)  # E(0..width)
+        cost = torch.tensor([self.costs.step(k) for k in range(width + 1)], dtype=torch.float64, device=chances.device)
+        beyond = torch.arange(width + 1, device=chances.device) > available.to(chances.device)[:, None]
+        rate = (self.gained / self.spent)[:, None]  # (batch, 1)
+        k = (expected - rate * cost).masked_fill(beyond, -torch.inf).argmax(1)  # argmax takes the first of equals
+        self.probing = (k == 0) & (available.to(k.device) > 0) & (self.rested >= self.patience)
+        self.confidences = list(chances.unbind(1))  # `record` counts those of guesses 1..k that were judged
+        return torch.where(self.probing, 1, k)
+
+    def calibrated(self, confidence: Float[Tensor, "batch ..."]) -> Float[Tensor, "batch ..."]:
         """P(accepted | confidence), from this row's history in the confidence's bin, starting at the confidence."""
-        column = bin_of(confidence)[:, None]
-        hits, tries = self.hits.gather(1, column)[:, 0], self.tries.gather(1, column)[:, 0]
+        columns = bin_of(confidence).reshape(confidence.shape[0], -1)  # (batch, guesses)
+        hits = self.hits.gather(1, columns).reshape(confidence.shape)
+        tries = self.tries.gather(1, columns).reshape(confidence.shape)
         return (hits + PRIOR * confidence) / (tries + PRIOR)
 
     def acceptance(self) -> Float[Tensor, " batch"]:
@@ -152,6 +186,8 @@ class DraftLength:
             self.probing & drew, torch.where(accepted > 0, PATIENCE, 2 * self.patience), self.patience
         )
         self.rested = torch.where(drew, 0, self.rested + 1)
+        self.gained += accepted.double() + 1
+        self.spent += torch.tensor([self.costs.step(k) for k in drafted.tolist()], dtype=torch.float64).to(self.spent)
         if not self.confidences:
             return
         confidence = torch.stack(self.confidences, dim=1)  # (batch, guesses)

@@ -126,8 +126,11 @@ def draft_costs(target: CausalLM, draft: CausalLM, *, longest: int = 32) -> Draf
 
 
 def copy_costs(target: CausalLM, *, longest: int = 32) -> DraftCosts:
-    """The same for guesses that cost nothing to make (prompt lookup copies them from the text)."""
-    return DraftCosts(draft=0.0, target=cost_curve(target, longest))
+    """The same for guesses that cost nothing to make (prompt lookup copies them from the text), with the curve as
+    measured: `DraftLength.plan` weighs every width at once, so a wider forward that measured cheaper than a
+    narrower one is a real choice there (on some hosts 2 tokens cost more than 4)."""
+    costs = forward_costs(target)
+    return DraftCosts(draft=0.0, target=[relative_cost(costs, n) for n in range(1, longest + 1)])
 
 
 def cost_curve(model: CausalLM, longest: int) -> list[float]:

@@ -128,6 +128,8 @@ def verify_greedy(
     length = length if count else 0
     device = first.device
     rows = torch.ones(batch, dtype=torch.bool, device=device) if rows is None else rows
+    if count == 1:  # one chain of guesses (speculative, prompt lookup): the same verdict in a few tensor operations
+        return _verify_greedy_chain(first, after[:, 0], candidates[:, 0], random, rows)
     alive = torch.ones(batch, count, dtype=torch.bool, device=device)
     stopped = ~rows
     accepted = torch.zeros(batch, dtype=torch.long, device=device)
@@ -146,6 +148,25 @@ def verify_greedy(
     best = torch.where(stopped, best, _first_true(alive))
     random.uniform(rows.long())  # the general rule's final draw uses one number per drawing row
     tokens, _ = with_new_token(taken, accepted, target)
+    return Verdict(best, accepted, tokens)
+
+
+def _verify_greedy_chain(
+    first: Int[Tensor, " batch"],
+    after: Int[Tensor, "batch length"],
+    guesses: Int[Tensor, "batch length"],
+    random: RowRandom,
+    rows: Bool[Tensor, " batch"],
+) -> Verdict:
+    """`verify_greedy` with a single candidate per row: the guesses are accepted up to the first one that is not the
+    target's token, and the target's token after them is the new one (no loop over positions)."""
+    targets = torch.cat([first[:, None], after], dim=1)  # (batch, length + 1): the target's token at x0, after each
+    matched = (guesses == targets[:, :-1]).long().cumprod(1)  # 1 while every guess so far was the target's token
+    accepted = torch.where(rows, matched.sum(1), 0)
+    random.uniform(rows.long())  # the general rule's final draw, as in `verify_greedy`
+    taken = torch.where(torch.arange(guesses.shape[1], device=guesses.device) < accepted[:, None], guesses, 0)
+    tokens, _ = with_new_token(taken, accepted, targets.gather(1, accepted[:, None])[:, 0])
+    best = torch.where(rows, 0, NONE)
     return Verdict(best, accepted, tokens)
 
 

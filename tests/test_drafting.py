@@ -69,6 +69,43 @@ def test_record_counts_the_guesses_each_row_tried():
     assert calibrated.tolist() == pytest.approx([1.1 / 3, 2.1 / 3])
 
 
+def test_a_planned_step_maximises_tokens_less_the_rows_rate_times_cost():
+    """`plan`: k maximises E(k) - r T(k) with T(k) = t(k + 1) (copied guesses cost nothing to make) and r the row's
+    rate so far (1 before any step); no history, so a chance is its own calibration. The host's 2-token forward is
+    dearer than its 3-token one."""
+    costs = DraftCosts(draft=0.0, target=[1.0, 1.3, 1.0, 1.05, 1.6])
+    length = DraftLength(costs, batch=3, device=torch.device("cpu"))
+    chances = torch.tensor([[0.2, 0.5, 0.4, 0.9], [0.9, 0.9, 0.9, 0.9], [0.2, 0.5, 0.4, 0.9]], dtype=torch.float64)
+    # row 0: E = 1, 1.2, 1.3, 1.34, 1.376 less T = 1, 1.3, 1.0, 1.05, 1.6: 0, -0.1, 0.3, 0.29, -0.224 -> k = 2,
+    #   although one guess alone would not pay (the one-at-a-time rule stops before it: 0.2 < t(2) - t(1))
+    # row 1: E = 1, 1.9, 2.71, 3.439, 4.0951: E - T peaks at k = 4 (2.4951), where the step's own rate E / T
+    #   peaks at k = 3 (3.275 against 2.559): the fourth guess still beats the row's rate of 1
+    # row 2: the same chances as row 0, but only one copied token available -> k = 0
+    k = length.plan(chances, available=torch.tensor([4, 4, 1]))
+    assert k.tolist() == [2, 4, 0]
+    assert not length.start(upcoming=torch.tensor([0.2, 0.2, 0.2], dtype=torch.float64)).any()
+    # what `record` learns: row 0 verified 2 and kept 1, row 1 verified 4 and kept all, row 2 none
+    length.plan(chances, available=torch.tensor([4, 4, 1]))
+    length.record(drafted=torch.tensor([2, 4, 0]), accepted=torch.tensor([1, 4, 0]))
+    assert length.tries.sum(1).tolist() == [2, 4, 0] and length.hits.sum(1).tolist() == [1, 4, 0]
+    # the rates: (1 + 2) / (1 + t(3)), (1 + 5) / (1 + t(5)), (1 + 1) / (1 + t(1))
+    assert (length.gained / length.spent).tolist() == pytest.approx([3 / 2.0, 6 / 2.6, 1.0])
+    # a row whose rate is high plans shorter: with r = 3, row 1's E - 3T is 3.439 - 3.15 at k = 3, 4.0951 - 4.8 at 4
+    length.gained[1], length.spent[1] = 3.0, 1.0
+    length.hits.zero_(), length.tries.zero_()  # forget the calibration: chances as given
+    assert length.plan(chances, available=torch.tensor([4, 4, 1]))[1] == 3
+
+
+def test_a_row_that_plans_no_guess_tries_one_after_resting():
+    length = DraftLength(DraftCosts(draft=0.0, target=[1.0, 2.0, 3.0]), batch=1, device=torch.device("cpu"))
+    planned = []
+    for _ in range(6):
+        k = length.plan(torch.tensor([[0.3, 0.3]], dtype=torch.float64), available=torch.tensor([2]))
+        planned.append(int(k))
+        length.record(drafted=k, accepted=torch.zeros_like(k))
+    assert planned == [0, 0, 0, 0, 1, 0]
+
+
 @given(
     prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=10),
     max_new_tokens=st.integers(0, 30),
@@ -193,22 +230,27 @@ def test_prompt_lookup_copies_less_where_copies_are_rejected():
     assert sum(s.drafted for s in narrow) < sum(s.drafted for s in wide)
 
 
-def test_a_copied_tokens_confidence_is_its_positions_acceptance_after_the_ones_before_it():
-    """CopyRecord counts position i + 1 as tried only where positions 1..i were all accepted, starting from an even
-    chance: after copies of 3 accepted whole and one of 3 rejected at its second token, position 1 held 4 of 4,
-    position 2 held 3 of 4, position 3 held 3 of 3, position 4 was never tried. A position's confidence is the
-    highest rate up to it (a copy that held so far holds on at least as often)."""
+def test_a_copied_tokens_chance_is_the_rate_of_its_depth():
+    """CopyRecord counts a token as tried only where the tokens before it were all accepted, starting from an even
+    chance, with one rate for first tokens, one for second tokens and one for all later ones: after copies of 4
+    accepted whole and one of 4 rejected at its second token, the first tokens held 4 of 4, the second 3 of 4, the
+    later ones 6 of 6. A deeper token's chance is never below a shallower one's (a copy that held so far holds on
+    at least as often)."""
     from mtdecode.strategies.prompt_lookup import CopyRecord
 
-    record = CopyRecord(batch=2, positions=4)
-    assert torch.allclose(record.confidence(0), torch.tensor([0.5, 0.5], dtype=torch.float64))
-    for accepted in (3, 3, 3, 1):
-        record.add(torch.tensor([3, 0]), torch.tensor([accepted, 0]))
-    rates = [(4 + 1) / (4 + 2), (3 + 1) / (4 + 2), (3 + 1) / (3 + 2), 0.5]
-    assert torch.allclose(record.hits[0] / record.tries[0], torch.tensor(rates, dtype=torch.float64))
-    assert [round(float(record.confidence(i)[0]), 6) for i in range(4)] == [round(5 / 6, 6)] * 4
-    for _ in range(4):  # position 1 fails 4 more times: 5/10; then position 2's 4/6 and position 3's 4/5 count
-        record.add(torch.tensor([1, 0]), torch.tensor([0, 0]))
-    expected = [0.5, 4 / 6, 0.8, 0.8]
-    assert [round(float(record.confidence(i)[0]), 6) for i in range(4)] == [round(e, 6) for e in expected]
-    assert all(float(record.confidence(i)[1]) == 0.5 for i in range(4))  # a row that copied nothing learnt nothing
+    record = CopyRecord(batch=2)
+    assert record.chances(3).tolist() == [[0.5] * 3] * 2
+    for accepted in (4, 4, 4, 1):
+        record.add(torch.tensor([4, 0]), torch.tensor([accepted, 0]))
+    assert record.tries.tolist() == [[4, 4, 6], [0, 0, 0]] and record.hits.tolist() == [[4, 3, 6], [0, 0, 0]]
+    # rates 5/6, 4/6, 7/8: the second token's is lifted to the first's
+    assert record.chances(5)[0].tolist() == pytest.approx([5 / 6, 5 / 6, 7 / 8, 7 / 8, 7 / 8])
+    for _ in range(4):  # the first token fails 4 more times: 5/10, now below the second's 4/6
+        record.add(torch.tensor([2, 0]), torch.tensor([0, 0]))
+    assert record.chances(4)[0].tolist() == pytest.approx([0.5, 4 / 6, 7 / 8, 7 / 8])
+    for _ in range(6):  # copies that break at their third token: later tokens fall to 7/14, lifted to 10/12
+        record.add(torch.tensor([5, 0]), torch.tensor([2, 0]))
+    assert record.tries[0].tolist() == [14, 10, 12]
+    assert record.chances(4)[0].tolist() == pytest.approx([11 / 16, 10 / 12, 10 / 12, 10 / 12])
+    assert record.chances(3)[1].tolist() == [0.5] * 3  # a row that copied nothing learnt nothing
+    assert record.chances(1).shape == (2, 1) and record.chances(0).shape == (2, 0)

@@ -107,8 +107,20 @@ def test_the_greedy_shortcut_gives_the_verdict_of_the_general_rule(data):
     """`verify_greedy` on the target's tokens == `verify_candidates` on one-hot p: same candidate, count, tokens,
     and the same use of every row's random stream. A vocabulary of 4 makes matches, ties between candidates and
     repeated proposals common; -1 pads candidates; some rows do not take part."""
-    batch, count, length, vocab = (data.draw(st.integers(1, 3)), data.draw(st.integers(0, 3)),
-                                   data.draw(st.integers(1, 3)), 4)  # fmt: skip
+    batch, count, length = data.draw(st.integers(1, 3)), data.draw(st.integers(0, 3)), data.draw(st.integers(1, 3))
+    _check_greedy_shortcut(data, batch, count, length)
+
+
+@given(data=st.data())
+def test_the_greedy_shortcut_for_one_chain_gives_the_verdict_of_the_general_rule(data):
+    """The same for one candidate per row (speculative decoding, prompt lookup), which takes its own path: longer
+    chains whose guesses copy the target's tokens for a drawn number of positions, then anything (-1 too)."""
+    batch, length = data.draw(st.integers(1, 4)), data.draw(st.integers(0, 8))
+    _check_greedy_shortcut(data, batch, 1, length, agree=True)
+
+
+def _check_greedy_shortcut(data, batch: int, count: int, length: int, agree: bool = False) -> None:
+    vocab = 4
     token = st.integers(0, vocab - 1)
     first = torch.tensor(data.draw(st.lists(token, min_size=batch, max_size=batch)), dtype=torch.long)
     size = batch * count * length
@@ -117,6 +129,11 @@ def test_the_greedy_shortcut_gives_the_verdict_of_the_general_rule(data):
     proposed = st.integers(-1, vocab - 1)
     candidates = torch.tensor(data.draw(st.lists(proposed, min_size=size, max_size=size)), dtype=torch.long)
     candidates = candidates.reshape(batch, count, length)
+    if agree:  # candidate 0 proposes the target's own tokens for its first `agreeing` positions
+        agreeing = torch.tensor(data.draw(st.lists(st.integers(0, length), min_size=batch, max_size=batch)))
+        targets = torch.cat([first[:, None], after[:, 0, :-1]], dim=1)[:, :length]  # the target's token at each
+        copy = torch.arange(length) < agreeing[:, None]
+        candidates[:, 0] = torch.where(copy, targets, candidates[:, 0])
     rows = torch.tensor(data.draw(st.lists(st.booleans(), min_size=batch, max_size=batch)), dtype=torch.bool)
     hot = torch.nn.functional.one_hot
     seeds = list(range(batch))

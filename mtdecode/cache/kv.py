@@ -97,7 +97,11 @@ class KVCache:
 
     def commit(self) -> None:
         """Accept every valid pending entry."""
-        self._resolve(self._survivors(self.valid[:, self.committed :]))
+        pending = self.valid[:, self.committed :]
+        if bool(pending.all()):  # the usual case, nothing to pack (and no more holes than before)
+            self.committed = self.columns
+            return
+        self._resolve(self._survivors(pending))
 
     def crop(self, lengths: int | Sequence[int] | Int[Tensor, " batch"]) -> None:
         """Row b keeps its entries at positions below `lengths[b]` (committed or pending) and drops the rest.
@@ -149,11 +153,12 @@ class KVCache:
 
     def _resolve(self, order: Int[Tensor, "batch kept"]) -> None:
         """Row b's pending columns become `order[b]` (-1: a hole), packed after the committed ones; then tidy."""
-        start, pending = self.committed, self.pending
+        start = self.committed
         used = (order >= 0).any(0).nonzero()
         order = order[:, : int(used[-1, 0]) + 1 if used.numel() else 0]  # no column of holes at the end
-        identity = order.shape[1] == pending and bool((order == torch.arange(pending, device=order.device)).all())
-        if identity:
+        prefix = bool((order == torch.arange(order.shape[1], device=order.device)).all())
+        if prefix:  # every row keeps the same first pending columns (a chain's accepted guesses): cut, no copy
+            self._truncate(start + order.shape[1])
             self.committed = self.columns
         else:
             self._pack(start, order)
@@ -185,7 +190,10 @@ class KVCache:
     def _drop_unused_tail(self) -> None:
         """Drop the last columns if no row holds an entry there."""
         used = self.valid.any(0).nonzero()
-        end = int(used[-1, 0]) + 1 if used.numel() else 0
+        self._truncate(int(used[-1, 0]) + 1 if used.numel() else 0)
+
+    def _truncate(self, end: int) -> None:
+        """Drop the columns from `end` on."""
         if end < self.columns:
             for layer in self._layers():
                 layer.keys = layer.keys[:, :, :end]

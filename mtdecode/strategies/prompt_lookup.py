@@ -14,11 +14,12 @@ n-gram appeared. Per step, with x0 the newest committed token:
 
 With no match the step is a plain decoding step.
 
-How many of the copied tokens to verify: by default as many as pay for their share of the
-wider forward (`mtdecode.drafting`: copying costs nothing, but a target forward over 11
-tokens costs more than one over 1), judged from how often this row's copied tokens at each
-position were accepted so far (`CopyRecord`); at most `max_draft_tokens`. The rule never
-looks at p, so the output stays exact. `num_draft_tokens=k` copies up to k instead.
+How many of the copied tokens to verify: by default the number with the best expected tokens
+per unit of cost (`DraftLength.plan` in `mtdecode.drafting`: copying costs nothing, but a target
+forward over 11 tokens costs more than one over 1, by the curve measured on this host), judged
+from how often this row's copied tokens at each position were accepted so far (`CopyRecord`);
+at most `max_draft_tokens`. The rule never looks at p, so the output stays exact.
+`num_draft_tokens=k` copies up to k instead.
 """
 
 from collections.abc import Iterator
@@ -58,7 +59,7 @@ class PromptLookup:
         length = record = None
         if self.num_draft_tokens is None:
             length = DraftLength(self.costs or tuning.copy_costs(s.target.model), s.batch, s.device)
-            record = CopyRecord(s.batch, self.max_draft_tokens)
+            record = CopyRecord(s.batch)
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens).tolist()  # the step adds one token
             copied = [lookup(tokens, self.ngram, k_b) for tokens, k_b in zip(s.tokens, k, strict=True)]  # step 1
@@ -73,41 +74,46 @@ class PromptLookup:
 
 
 class CopyRecord:
-    """How often a copied token at each position of a copy was accepted, given the ones before it were, per row.
+    """How often this row's copied tokens were accepted, given the ones before them were: a copy's first token, its
+    second, and its later tokens together.
 
-    Copies hold or break as a whole (a quote goes on until the answer departs from it), so the chance that
-    token i + 1 holds after i held grows with i; this table gives each position its own rate, starting from
-    an even chance (one accepted and one rejected token as the prior)."""
+    Copies hold or break as a whole (a quote goes on until the answer departs from it): a copy's first token is
+    the likeliest to fail, its second less so once the first held, and a later one seldom once a few held, about
+    alike at every depth. So the first and second tokens have their own rates and the later ones share one, which
+    learns fast and does not leave deep positions that were seldom tried at their prior. Each rate starts from an
+    even chance (one accepted and one rejected token)."""
 
-    def __init__(self, batch: int, positions: int) -> None:
-        self.positions = positions
-        self.hits = torch.ones(batch, positions, dtype=torch.float64)
-        self.tries = torch.full((batch, positions), 2.0, dtype=torch.float64)
+    #: the first `DEPTHS - 1` positions have a rate each; the later ones share the last
+    DEPTHS = 3
 
-    def confidence(self, i: int) -> Float[Tensor, " batch"]:
-        """P(copied token i + 1 accepted | tokens 1..i accepted), per row: the highest rate of positions 1..i + 1,
-        since a copy that held so far holds on at least as often (and a deep position tried seldom would
-        otherwise keep its even-chance prior)."""
-        return (self.hits[:, : i + 1] / self.tries[:, : i + 1]).amax(dim=1)
+    def __init__(self, batch: int) -> None:
+        self.hits = torch.zeros(batch, self.DEPTHS, dtype=torch.float64)  # columns: first, second, later tokens
+        self.tries = torch.zeros(batch, self.DEPTHS, dtype=torch.float64)
+
+    def chances(self, width: int) -> Float[Tensor, "batch width"]:
+        """P(copied token i + 1 accepted | tokens 1..i accepted) for i < `width`, per row: the rate of its depth, or
+        of a shallower depth where that is higher (a copy that held so far holds on at least as often)."""
+        rate = ((self.hits + 1) / (self.tries + 2)).cummax(dim=1).values  # (batch, DEPTHS)
+        depth = torch.arange(width).clamp(max=self.DEPTHS - 1)
+        return rate[:, depth]
 
     def add(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
-        position = torch.arange(self.hits.shape[1])
-        self.tries += ((position <= accepted[:, None]) & (position < drafted[:, None])).double()
-        self.hits += (position < accepted[:, None]).double()
+        """After verification: copied tokens 1..accepted held, token accepted + 1 (if drafted) did not."""
+        position = torch.arange(int(drafted.max()) if drafted.numel() else 0)
+        tried = ((position <= accepted[:, None]) & (position < drafted[:, None])).double()  # (batch, drafted)
+        hit = (position < accepted[:, None]).double()
+        depth = position.clamp(max=self.DEPTHS - 1).expand_as(tried)
+        self.tries.scatter_add_(1, depth, tried)
+        self.hits.scatter_add_(1, depth, hit)
 
 
 def worth_verifying(copied: list[list[int]], length: DraftLength, record: CopyRecord) -> list[list[int]]:
-    """The prefix of each row's copy that `length`'s rule says pays for its verification; copied token i + 1
-    counts with its position's acceptance so far in this row (`CopyRecord`) as its confidence, known before the
-    rule decides whether to verify it."""
+    """The prefix of each row's copy that `length` plans to verify (`DraftLength.plan`), each copied token counting
+    with its acceptance so far in this row (`CopyRecord`), known before anything is verified."""
     available = torch.tensor([len(row) for row in copied])  # (batch,)
-    device = length.hits.device
-    going, keep = length.start(upcoming=record.confidence(0).to(device)).cpu(), torch.zeros_like(available)
-    for i in range(max(map(len, copied), default=0)):  # copied token i + 1 is kept while the rule goes on
-        keep += going & (available > i)
-        upcoming = record.confidence(i + 1).to(device) if i + 1 < record.positions else None
-        going = going & length.more(record.confidence(i).to(device), upcoming).cpu()
-    return [row[:n] for row, n in zip(copied, keep.tolist(), strict=True)]
+    chances = record.chances(max(map(len, copied), default=0))  # (batch, longest copy)
+    keep = length.plan(chances.to(length.hits.device), available).tolist()
+    return [row[:n] for row, n in zip(copied, keep, strict=True)]
 
 
 def lookup(tokens: list[int], ngram: int, k: int) -> list[int]:
