@@ -155,17 +155,28 @@ class DraftLength:
         acceptance given guesses 1..i were accepted; it is calibrated as a confidence is in `more`. A row that
         plans none tries one guess after `PATIENCE` idle steps, as with `start`. Call `record` after
         verification."""
-        batch, width = chances.shape
+        batch = chances.shape[0]
         chances = chances.double().clamp(0, 1)
         survive = self.calibrated(chances).cumprod(1)  # (batch, guesses): pi_1..pi_width
         ones = torch.ones(batch, 1, dtype=torch.float64, device=chances.device)
-        expected = torch.cat([ones, 1 + survive.cumsum(1)], dim=1)  # E(0..width)
-        cost = torch.tensor([self.costs.step(k) for k in range(width + 1)], dtype=torch.float64, device=chances.device)
-        beyond = torch.arange(width + 1, device=chances.device) > available.to(chances.device)[:, None]
-        rate = (self.gained / self.spent)[:, None]  # (batch, 1)
-        k = (expected - rate * cost).masked_fill(beyond, -torch.inf).argmax(1)  # argmax takes the first of equals
-        self.probing = (k == 0) & (available.to(k.device) > 0) & (self.rested >= self.patience)
+        k = self.plan_expected(torch.cat([ones, 1 + survive.cumsum(1)], dim=1), available)  # E(0..width)
         self.confidences = list(chances.unbind(1))  # `record` counts those of guesses 1..k that were judged
+        return k
+
+    def plan_expected(
+        self, expected: Float[Tensor, "batch options"], available: Int[Tensor, " batch"]
+    ) -> Int[Tensor, " batch"]:
+        """`plan` given E(0), E(1), ... per row directly (for guesses that are not a chain, such as lookahead's
+        candidates, whose expected tokens the caller models): the k <= `available[b]` that maximises
+        E(k) - r T(k). No confidences are recorded for calibration."""
+        width = expected.shape[1] - 1
+        device = expected.device
+        cost = torch.tensor([self.costs.step(k) for k in range(width + 1)], dtype=torch.float64, device=device)
+        beyond = torch.arange(width + 1, device=device) > available.to(device)[:, None]
+        rate = (self.gained / self.spent)[:, None]  # (batch, 1)
+        k = (expected.double() - rate * cost).masked_fill(beyond, -torch.inf).argmax(1)  # the first of equals
+        self.probing = (k == 0) & (available.to(device) > 0) & (self.rested >= self.patience)
+        self.confidences = []
         return torch.where(self.probing, 1, k)
 
     def calibrated(self, confidence: Float[Tensor, "batch ..."]) -> Float[Tensor, "batch ..."]:

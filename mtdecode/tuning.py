@@ -133,6 +133,14 @@ def copy_costs(target: CausalLM, *, longest: int = 32) -> DraftCosts:
     return DraftCosts(draft=0.0, target=[relative_cost(costs, n) for n in range(1, longest + 1)])
 
 
+def candidate_costs(model: CausalLM, window: int, ngram: int, guesses: int) -> DraftCosts:
+    """What a lookahead step costs with 0, 1, ..., `guesses` candidates verified, in units of a 1-token forward (as
+    `DraftCosts.target`, indexed by candidates: `step(g)` is the forward over x0, the window's (W + g)(N - 1) - 1
+    other cells and g candidates of N - 1 tokens), as measured on this host."""
+    costs = forward_costs(model)
+    return DraftCosts(draft=0.0, target=[relative_cost(costs, (window + g) * (ngram - 1)) for g in range(guesses + 1)])
+
+
 def cost_curve(model: CausalLM, longest: int) -> list[float]:
     """t(1..longest): a forward over n tokens against one, measured, and planned as never cheaper than fewer
     tokens (where a wider forward measured cheaper, a faster kernel or noise, one more token counts as free)."""

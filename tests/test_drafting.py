@@ -231,26 +231,26 @@ def test_prompt_lookup_copies_less_where_copies_are_rejected():
 
 
 def test_a_copied_tokens_chance_is_the_rate_of_its_depth():
-    """CopyRecord counts a token as tried only where the tokens before it were all accepted, starting from an even
-    chance, with one rate for first tokens, one for second tokens and one for all later ones: after copies of 4
-    accepted whole and one of 4 rejected at its second token, the first tokens held 4 of 4, the second 3 of 4, the
-    later ones 6 of 6. A deeper token's chance is never below a shallower one's (a copy that held so far holds on
-    at least as often)."""
+    """CopyRecord counts a token as tried only where the tokens before it were all accepted, with one record for
+    first tokens, one for second tokens and one for all later ones, and position i + 1's prior (i + 1) / (i + 2)
+    worth two tokens: after copies of 4 accepted whole and one of 4 rejected at its second token, the first tokens
+    held 4 of 4, the second 3 of 4, the later ones 6 of 6. A deeper token's chance is never below a shallower
+    one's (a copy that held so far holds on at least as often)."""
     from mtdecode.strategies.prompt_lookup import CopyRecord
 
     record = CopyRecord(batch=2)
-    assert record.chances(3).tolist() == [[0.5] * 3] * 2
+    assert record.chances(4).flatten().tolist() == pytest.approx([1 / 2, 2 / 3, 3 / 4, 4 / 5] * 2)
     for accepted in (4, 4, 4, 1):
         record.add(torch.tensor([4, 0]), torch.tensor([accepted, 0]))
     assert record.tries.tolist() == [[4, 4, 6], [0, 0, 0]] and record.hits.tolist() == [[4, 3, 6], [0, 0, 0]]
-    # rates 5/6, 4/6, 7/8: the second token's is lifted to the first's
-    assert record.chances(5)[0].tolist() == pytest.approx([5 / 6, 5 / 6, 7 / 8, 7 / 8, 7 / 8])
-    for _ in range(4):  # the first token fails 4 more times: 5/10, now below the second's 4/6
+    # (4 + 1) / 6, (3 + 4/3) / 6 lifted to the first's, then (6 + 2 i / (i + 1)) / 8 for position i = 3, 4
+    assert record.chances(4)[0].tolist() == pytest.approx([5 / 6, 5 / 6, (6 + 1.5) / 8, (6 + 1.6) / 8])
+    for _ in range(4):  # the first token fails 4 more times: 5/10, now below the second's 13/18
         record.add(torch.tensor([2, 0]), torch.tensor([0, 0]))
-    assert record.chances(4)[0].tolist() == pytest.approx([0.5, 4 / 6, 7 / 8, 7 / 8])
-    for _ in range(6):  # copies that break at their third token: later tokens fall to 7/14, lifted to 10/12
+    assert record.chances(3)[0].tolist() == pytest.approx([0.5, 13 / 18, 7.5 / 8])
+    for _ in range(6):  # copies that break at their third token: later tokens (6 + 1.5) / 14, lifted to the second's
         record.add(torch.tensor([5, 0]), torch.tensor([2, 0]))
     assert record.tries[0].tolist() == [14, 10, 12]
-    assert record.chances(4)[0].tolist() == pytest.approx([11 / 16, 10 / 12, 10 / 12, 10 / 12])
-    assert record.chances(3)[1].tolist() == [0.5] * 3  # a row that copied nothing learnt nothing
+    assert record.chances(3)[0].tolist() == pytest.approx([11 / 16, (9 + 4 / 3) / 12, (9 + 4 / 3) / 12])
+    assert record.chances(2)[1].tolist() == pytest.approx([1 / 2, 2 / 3])  # a row that copied nothing: the priors
     assert record.chances(1).shape == (2, 1) and record.chances(0).shape == (2, 0)

@@ -33,6 +33,14 @@ If W, N or G is left as None, it is chosen from the measured forward cost of the
 its device (`mtdecode.tuning`): the paper's A100 defaults (W=7, N=5, G=7, about 56 tokens
 per forward) are slower than greedy on a small CPU. When all three are left as None and no
 setting is predicted to beat greedy on the host, `Lookahead()` decodes greedily instead.
+
+When G is tuned it is the most candidates a step verifies: each row verifies only as many of
+its candidates (most recent first) as are expected to pay for their tokens in the forward
+(`DraftLength.plan_expected` in `mtdecode.drafting`), judged from how often this row's
+candidates of each rank were the accepted one and how many tokens they brought (`CandidateRecord`).
+On text where the pool's n-grams seldom recur, a step then verifies none and costs about what a
+greedy step costs. The rule reads only earlier steps, never this step's p, so the output stays
+exact.
 """
 
 from collections import OrderedDict
@@ -42,13 +50,14 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
+from mtdecode.drafting import DraftLength
 from mtdecode.masks import LookaheadLayout
 from mtdecode.model import left_pad
 from mtdecode.session import Session, Step
 from mtdecode.strategies.autoregressive import Autoregressive
 from mtdecode.strategies.jacobi import prompt_tokens
 from mtdecode.tensor_types import Float, Int, Tensor
-from mtdecode.verification import NONE, verify_logits
+from mtdecode.verification import NONE, Verdict, verify_logits
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,8 @@ class Lookahead:
 
     - `window`: W, the window's width (at least 1); None: chosen by `mtdecode.tuning`.
     - `ngram`: N, the n-gram size (at least 2); None: chosen by `mtdecode.tuning`.
-    - `guesses`: G, candidates verified per step and n-grams kept per key (at least 0); None: tuned.
+    - `guesses`: G, candidates verified per step and n-grams kept per key (at least 0); None: tuned, and
+      then each step verifies only the candidates that pay, up to G.
     - `prompt_pool`: also put the prompt's n-grams in the pool.
     """
 
@@ -87,12 +97,22 @@ class Lookahead:
             for pool, tokens in zip(pools, s.tokens, strict=True):
                 pool.add_all(tokens, n)
         window = Window([prompt_tokens(s, w + n - 3)], depth=n - 1)  # warm-up start: one row, plus x0
+        rule = record = None
+        if self.guesses is None and g > 0:  # G is the most; each row verifies the candidates that pay
+            rule = DraftLength(tuning.candidate_costs(s.target.model, w, n, g), s.batch, s.device)
+            record = CandidateRecord(s.batch, g)
         while not s.done:
             grid = window.grid(x0=s.last_tokens)  # (batch, rows, columns)
             lengths = (s.remaining - 1).clamp(min=0, max=n - 1).tolist()
             found = [pool.candidates(x0, m) for pool, x0, m in zip(pools, s.last_tokens.tolist(), lengths, strict=True)]
+            if rule is not None:
+                found = worth_trying(found, rule, record)
             candidates = pad_candidates(found, s.device)  # step 1
-            steps, new_row = lookahead_step(s, window, candidates)  # steps 2-3
+            steps, new_row, verdict = lookahead_step(s, window, candidates)  # steps 2-3
+            if rule is not None:
+                tried = torch.tensor([len(row) for row in found])
+                rule.record(tried.to(s.device), verdict.accepted)
+                record.add(tried, verdict.candidate.cpu(), verdict.accepted.cpu())
             yield steps
             if window.full:
                 for pool, columns, predictions in zip(pools, grid.tolist(), new_row.tolist(), strict=True):
@@ -134,6 +154,46 @@ class NgramPool:
             return []
         cut = (rest[:length] for rest in reversed(self.table.get(key, ())))
         return [list(rest) for rest in dict.fromkeys(cut)]
+
+
+class CandidateRecord:
+    """How often this row's candidate of each rank (0: the pool's most recent) was the accepted one, and how many
+    tokens an accepted candidate brought, over the steps that verified it; an even chance and one token as priors.
+
+    The candidates of one step start with different tokens or share a prefix; a step accepts one of them at most,
+    so the expected tokens of verifying the first g are about 1 + L (h_0 + ... + h_{g-1}), with h_j the rank's
+    rate and L the tokens per accepted candidate."""
+
+    def __init__(self, batch: int, ranks: int) -> None:
+        self.hits = torch.zeros(batch, ranks, dtype=torch.float64)
+        self.tries = torch.zeros(batch, ranks, dtype=torch.float64)
+        self.tokens = torch.zeros(batch, dtype=torch.float64)  # tokens brought by accepted candidates
+
+    def expected(self, width: int) -> Float[Tensor, "batch options"]:
+        """E(0..width): expected tokens of a step that verifies the first g candidates, g = 0..width."""
+        rate = (self.hits[:, :width] + 1) / (self.tries[:, :width] + 2)  # (batch, width)
+        per_hit = (self.tokens + 1) / (self.hits.sum(1) + 1)  # (batch,)
+        gain = torch.cat([rate.new_zeros(rate.shape[0], 1), rate.cumsum(1)], dim=1)  # (batch, width + 1)
+        return 1 + per_hit[:, None] * gain
+
+    def add(
+        self, tried: Int[Tensor, " batch"], candidate: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]
+    ) -> None:
+        """After verification: row b verified its first `tried[b]` candidates; `candidate[b]` brought `accepted[b]`."""
+        rank = torch.arange(self.hits.shape[1])
+        hit = (accepted > 0) & (candidate >= 0)
+        self.tries += (rank < tried[:, None]).double()
+        self.hits += ((rank == candidate[:, None]) & hit[:, None]).double()
+        self.tokens += torch.where(hit, accepted, 0).double()
+
+
+def worth_trying(found: list[list[list[int]]], rule: DraftLength, record: CandidateRecord) -> list[list[list[int]]]:
+    """Each row's first candidates, as many as `rule` plans to verify (`DraftLength.plan_expected`) from the row's
+    record (`CandidateRecord`)."""
+    available = torch.tensor([len(row) for row in found])
+    expected = record.expected(max(map(len, found), default=0))
+    keep = rule.plan_expected(expected.to(rule.hits.device), available).tolist()
+    return [row[:k] for row, k in zip(found, keep, strict=True)]
 
 
 def pad_candidates(found: list[list[list[int]]], device: torch.device) -> Int[Tensor, "batch candidate length"]:
@@ -188,13 +248,13 @@ class Window:
 
 def lookahead_step(
     s: Session, window: Window, candidates: Int[Tensor, "batch candidate length"]
-) -> tuple[list[Step], Int[Tensor, "batch columns"]]:
+) -> tuple[list[Step], Int[Tensor, "batch columns"], Verdict]:
     """One forward over the unread tokens, the window and the candidates; verify; keep the accepted entries.
 
     **Returns:**
 
-    The committed steps, and the new window row: the target's prediction under each cell of
-    the window's last row.
+    The committed steps, the new window row (the target's prediction under each cell of the
+    window's last row), and the verdict (which candidate, how many of its tokens).
     """
     context, pad = left_pad(s.unread(s.target), s.device)  # (batch, u): [.., x0], shorter rows padded on the left
     count, length = candidates.shape[1:] if candidates.shape[2] else (0, 0)
@@ -207,8 +267,8 @@ def lookahead_step(
         ids, layout.positions(device=s.device), layout.mask(device=s.device), pad=pad, logits_to_keep=wanted
     )  # (batch, 1 + columns + candidates * length, vocab)
     new_row = logits[:, 1 : 1 + layout.columns].argmax(dim=-1)
-    steps = verify_and_keep(s, layout, candidates[:, :count], logits[:, 0], logits[:, 1 + layout.columns :])
-    return steps, new_row
+    steps, verdict = verify_and_keep(s, layout, candidates[:, :count], logits[:, 0], logits[:, 1 + layout.columns :])
+    return steps, new_row, verdict
 
 
 def verify_and_keep(
@@ -217,7 +277,7 @@ def verify_and_keep(
     candidates: Int[Tensor, "batch candidate length"],
     x0_logits: Float[Tensor, "batch vocab"],
     candidate_logits: Float[Tensor, "batch rows vocab"],
-) -> list[Step]:
+) -> tuple[list[Step], Verdict]:
     """Section 3.3: verify the candidates, keep the cache entries of the context and the accepted tokens."""
     batch, vocab = x0_logits.shape
     after = candidate_logits.reshape(batch, layout.candidates, layout.length, vocab)
@@ -229,4 +289,4 @@ def verify_and_keep(
     context = torch.arange(layout.context, device=s.device).expand(batch, -1)
     s.target.cache.keep(torch.cat([context, accepted], dim=1))
     drafted = (candidates[:, 0] >= 0).sum(1) if layout.candidates else 0
-    return s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted)
+    return s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted), verdict

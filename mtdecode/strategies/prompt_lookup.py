@@ -80,22 +80,30 @@ class CopyRecord:
     Copies hold or break as a whole (a quote goes on until the answer departs from it): a copy's first token is
     the likeliest to fail, its second less so once the first held, and a later one seldom once a few held, about
     alike at every depth. So the first and second tokens have their own rates and the later ones share one, which
-    learns fast and does not leave deep positions that were seldom tried at their prior. Each rate starts from an
-    even chance (one accepted and one rejected token)."""
+    learns fast and does not leave deep positions that were seldom tried at their prior.
+
+    Before a row has seen any copy, the copy itself is the evidence: token i + 1 of a copy whose i tokens held
+    holds with chance (i + 1) / (i + 2), Laplace's rule of succession (1/2 for the first token, 2/3 for the
+    second, 10/11 for the tenth). That is each position's prior, worth two tokens of the row's record."""
 
     #: the first `DEPTHS - 1` positions have a rate each; the later ones share the last
     DEPTHS = 3
+    #: tokens of record the prior is worth
+    PRIOR = 2.0
 
     def __init__(self, batch: int) -> None:
         self.hits = torch.zeros(batch, self.DEPTHS, dtype=torch.float64)  # columns: first, second, later tokens
         self.tries = torch.zeros(batch, self.DEPTHS, dtype=torch.float64)
 
     def chances(self, width: int) -> Float[Tensor, "batch width"]:
-        """P(copied token i + 1 accepted | tokens 1..i accepted) for i < `width`, per row: the rate of its depth, or
-        of a shallower depth where that is higher (a copy that held so far holds on at least as often)."""
-        rate = ((self.hits + 1) / (self.tries + 2)).cummax(dim=1).values  # (batch, DEPTHS)
-        depth = torch.arange(width).clamp(max=self.DEPTHS - 1)
-        return rate[:, depth]
+        """P(copied token i + 1 accepted | tokens 1..i accepted) for i < `width`, per row: its depth's record and its
+        prior, or a shallower position's chance where that is higher (a copy that held so far holds on at least as
+        often)."""
+        position = torch.arange(width)
+        depth = position.clamp(max=self.DEPTHS - 1)
+        prior = (position + 1.0) / (position + 2.0)  # (width,): the rule of succession within the copy
+        rate = (self.hits[:, depth] + self.PRIOR * prior) / (self.tries[:, depth] + self.PRIOR)  # (batch, width)
+        return rate.cummax(dim=1).values if width else rate
 
     def add(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         """After verification: copied tokens 1..accepted held, token accepted + 1 (if drafted) did not."""
