@@ -8,7 +8,7 @@ stops at the model's end-of-turn token or after `--new-tokens`.
 Contenders are strategy names from `mtdecode.strategies.REGISTRY` (a strategy with a draft
 runs once per `--draft-tokens` value), plus:
 
-- `lookahead-paper`: `Lookahead(7, 5, 7)`, the paper's README defaults (tuned for an A100);
+- `lookahead-paper`: `Lookahead(7, 5, 7, prompt_pool=False)`, the paper's README defaults (tuned for an A100);
 - `lookahead-prompt`, `lookahead-no-prompt`: the tuned `Lookahead` with and without its pool seeded
   from the prompt;
 - `hf-prompt-lookup`: transformers' own `generate(prompt_lookup_num_tokens=10)`.
@@ -97,7 +97,7 @@ def contenders_for(names: list[str], draft_tokens: list[int], model, settings: d
         if name == "hf-prompt-lookup":
             chosen[name] = hf_contender(model, prompt_lookup_num_tokens=HF_PROMPT_LOOKUP_TOKENS, **settings)
         elif name == "lookahead-paper":
-            chosen[name] = strategy_contender(model, Lookahead(7, 5, 7), **settings)
+            chosen[name] = strategy_contender(model, Lookahead(7, 5, 7, prompt_pool=False), **settings)
         elif name == "lookahead-prompt":
             chosen[name] = strategy_contender(model, Lookahead(prompt_pool=True), **settings)
         elif name == "lookahead-no-prompt":

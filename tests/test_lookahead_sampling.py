@@ -6,16 +6,19 @@ enumerated (512 blocks) and compared with 20,000 seeded runs by a chi-square tes
 false-alarm rate of 1e-3. The prompts are chosen so that the first step has candidates:
 for lookahead, the prompt's n-grams seed the pool with two candidates that share their
 first token (x0 = 1: [2, 4] and [2, 3]); for prompt lookup, the last bigram (1, 2) was
-followed by [4, 1]. The same test rejects a lookahead whose verifier, after rejecting a
-token, draws from p without removing it (the unit-level check in test_verification.py
-rejects two more wrong verifiers).
+followed by [4, 1]. Both are checked again with their drafting rules on (how many copied
+tokens or candidates a step verifies, chosen from earlier steps). The same test rejects a
+lookahead and a prompt lookup whose verifier, after rejecting a token, draws from p without
+removing it (the unit-level check in test_verification.py rejects two more wrong verifiers).
 """
 
 import functools
 
 import pytest
 
-from mtdecode import Sampler, verification
+import mtdecode
+from mtdecode import Sampler, tuning, verification
+from mtdecode.drafting import DraftCosts
 from mtdecode.strategies import Lookahead, PromptLookup
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import check_distribution
@@ -56,7 +59,37 @@ def test_prompt_lookup_sampling_matches_autoregressive():
     assert result.passed, str(result)
 
 
-def test_the_test_rejects_a_lookahead_with_a_wrong_verifier(monkeypatch):
+def test_prompt_lookup_sampling_with_the_rule_matches_autoregressive():
+    """The default rule (`DraftLength.plan`) chooses how many copied tokens to verify from the row's earlier steps
+    only; on a host whose 2-token forward is dearer than its 3-token one it verifies 0, 1 or 2 of them at the
+    second step depending on the first step's outcome (checked first), and the law is still p. (Copied tokens are
+    not drawn: whether a step verifies one or not, its output at that position is p, so even a rule that read p
+    could not bias the law; what this guards is the bookkeeping of steps of varying widths.)"""
+    strategy = PromptLookup(ngram=2, costs=DraftCosts(draft=0.0, target=[1.0, 1.3, 1.05, 1.4]))
+    runs = mtdecode.generate(target(), [LOOKUP_PROMPT] * 200, strategy, max_new_tokens=3, temperature=1.0, seed=0)
+    second = {runs.steps_of(b)[1].drafted for b in range(200) if len(runs.steps_of(b)) > 1}
+    assert len(second) > 1, second
+    result = check(strategy, LOOKUP_PROMPT, SETTINGS["plain"])
+    assert result.passed, str(result)
+
+
+def test_lookahead_sampling_with_the_rule_matches_autoregressive(monkeypatch):
+    """Lookahead with G tuned verifies only the candidates that pay (`CandidateRecord`), from earlier steps only;
+    the forward costs are fixed here so that the tuning and the draws repeat on every host."""
+    monkeypatch.setattr(tuning, "forward_costs", lambda _model: {n: 1.0 + 0.02 * (n - 1) for n in tuning.SIZES})
+    strategy = Lookahead(2, 3, None, prompt_pool=True)
+    runs = mtdecode.generate(target(), [LOOKAHEAD_PROMPT] * 200, strategy, max_new_tokens=3, temperature=1.0, seed=0)
+    assert len({step.drafted for step in runs.steps}) > 1  # the rule varied the candidates verified
+    result = check(strategy, LOOKAHEAD_PROMPT, SETTINGS["plain"])
+    assert result.passed, str(result)
+
+
+@pytest.mark.parametrize("which", ["lookahead", "prompt lookup with the rule"])
+def test_the_test_rejects_a_wrong_verifier(which, monkeypatch):
     monkeypatch.setattr(verification, "try_proposals", keep_rejected)
-    result = check(Lookahead(2, 3, 2, prompt_pool=True), LOOKAHEAD_PROMPT, SETTINGS["plain"])
+    if which == "lookahead":
+        result = check(Lookahead(2, 3, 2, prompt_pool=True), LOOKAHEAD_PROMPT, SETTINGS["plain"])
+    else:
+        strategy = PromptLookup(ngram=2, costs=DraftCosts(draft=0.0, target=[1.0, 1.3, 1.05, 1.4]))
+        result = check(strategy, LOOKUP_PROMPT, SETTINGS["plain"])
     assert not result.passed, f"the keep_rejected mutant went unnoticed: {result}"

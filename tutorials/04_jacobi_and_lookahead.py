@@ -111,7 +111,9 @@ plt.show()
 # %% [markdown]
 # With a simple model of how often a candidate's next token is right (`tuning.HIT_RATE`, fitted on chat),
 # the predicted speed-up is (expected tokens per step) / (relative cost of the step's input). Here it is for
-# N = 3 over W and G; `Lookahead()` picks the best (W, N, G) over a larger grid.
+# N = 3 over W and G; `Lookahead(prompt_pool=False)` picks the best (W, N, G) over a larger grid. The default
+# `Lookahead()` also seeds its pool with the prompt's n-grams, whose hit rate (`tuning.PROMPT_POOL_HIT_RATE`,
+# fitted on code editing) is higher, and then verifies only the candidates that have been paying.
 
 # %%
 grid = torch.zeros(8, 9)
@@ -125,13 +127,14 @@ fig.colorbar(image, label="predicted speed-up over greedy")
 ax.set_xlabel("G (candidates verified)")
 ax.set_ylabel("W (window width)")
 plt.show()
-print("Lookahead() picks (W, N, G) =", tuning.choose(costs))
+print("Lookahead(prompt_pool=False) picks (W, N, G) =", tuning.choose(costs))
+print("Lookahead() picks (W, N, G) =", tuning.choose(costs, prompt_pool=True))
 
 # %% [markdown]
 # And measured, side by side with greedy on our prompt (both give the same tokens):
 
 # %%
-contenders = {"greedy": Autoregressive(), "Lookahead() (tuned)": Lookahead(), "Lookahead(7, 5, 7)": Lookahead(7, 5, 7)}
+contenders = {"greedy": Autoregressive(), "Lookahead() (tuned)": Lookahead(), "Lookahead(7, 5, 7)": Lookahead(7, 5, 7, prompt_pool=False)}
 for name, strategy in contenders.items():
     s = mtdecode.generate(smol, prompt, strategy, max_new_tokens=32, seed=0).stats
     print(f"{name:20} {s.tokens_per_forward:.2f} tokens per forward, {s.tokens_per_second:.1f} tokens/s")

@@ -70,13 +70,14 @@ class Lookahead:
     - `ngram`: N, the n-gram size (at least 2); None: chosen by `mtdecode.tuning`.
     - `guesses`: G, candidates verified per step and n-grams kept per key (at least 0); None: tuned, and
       then each step verifies only the candidates that pay, up to G.
-    - `prompt_pool`: also put the prompt's n-grams in the pool.
+    - `prompt_pool`: also put the prompt's n-grams in the pool (the default: with the candidates that do not
+      pay left unverified, the fastest setting measured; `docs/strategies/lookahead.md`).
     """
 
     window: int | None = None
     ngram: int | None = None
     guesses: int | None = None
-    prompt_pool: bool = False
+    prompt_pool: bool = True
 
     def __post_init__(self) -> None:
         for name, least in (("window", 1), ("ngram", 2), ("guesses", 0)):
