@@ -214,13 +214,22 @@ def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
         name, size = f"Lookahead(prompt_pool={pool})", (w + g) * (n - 1)
         noise = margin(model, size)
         if speed > 1 + noise:
-            lines.append(f"{name}: W={w}, N={n}, G={g}, predicted {speed:.2f}x greedy (scatter {noise:.0%})")
+            lines.append(
+                f"{name}: W={w}, N={n}, G={g} (at most: each step verifies the candidates that pay), "
+                f"predicted {speed:.2f}x greedy (scatter {noise:.0%})"
+            )
         else:
             lines.append(
                 f"{name}: decodes greedily; its best setting W={w}, N={n}, G={g} is predicted at only {speed:.2f}x "
                 f"greedy, within the measurement's scatter of {noise:.0%} of 1, because a forward over {size} tokens "
                 f"costs {relative_cost(costs, size):.2f}x one token"
             )
+    copy = copy_costs(model, longest=11)
+    cheapest = min(range(2, 12), key=copy.t)
+    lines.append(
+        f"PromptLookup: weighs each step's copied tokens against this curve and the row's rate so far; "
+        f"verifying 10 costs {copy.t(11):.2f}x one token, and {cheapest - 1} cost the least, {copy.t(cheapest):.2f}x"
+    )
     if draft is not None:
         c = draft_costs(model, draft)
         break_even = c.draft + c.t(2) - c.t(1)
