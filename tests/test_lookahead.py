@@ -66,6 +66,22 @@ def test_lookahead_greedy_equals_autoregressive(family, prompt, w, n, g, prompt_
     assert_greedy_parity(model(family), prompt, strategy, max_new_tokens=max_new_tokens, eos_token_id=eos)
 
 
+@given(
+    prompt=prompts,
+    w=st.integers(1, 4),
+    n=st.integers(2, 4),
+    curve=st.lists(st.floats(0.5, 3.0), min_size=len(tuning.SIZES) - 1, max_size=len(tuning.SIZES) - 1),
+    max_new_tokens=budgets,
+)
+def test_lookahead_with_its_candidate_rule_equals_greedy(prompt, w, n, curve, max_new_tokens):
+    """G tuned: each step verifies the candidates the rule says pay, on any forward-cost curve (dips included)."""
+    costs = dict(zip(tuning.SIZES, [1.0, *curve], strict=True))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tuning, "forward_costs", lambda _model: costs)
+        result = assert_greedy_parity(model(), prompt, Lookahead(w, n, None), max_new_tokens=max_new_tokens)
+    assert all(step.drafted <= tuning.choose(costs, w, n, prompt_pool=True)[2] for step in result.steps)
+
+
 @pytest.mark.parametrize(
     "strategy", [Jacobi(4), PromptLookup(2, 6), Lookahead(4, 4, 4), Lookahead(7, 5, 7, prompt_pool=True)]
 )
