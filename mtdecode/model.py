@@ -115,6 +115,41 @@ class CausalLM:
         Logits of shape `(batch, rows, vocab)`: `rows` is `new`, `logits_to_keep` if that is an
         int > 0, or the number of indices given.
         """
+        return self._run(input_ids, position_ids, mask, cache, valid=valid, logits_to_keep=logits_to_keep).logits
+
+    def forward_features(
+        self,
+        input_ids: TokenIds,
+        position_ids: Positions,
+        mask: Mask4D,
+        cache: KVCache,
+        *,
+        valid: Bool[Tensor, "batch new"] | None = None,
+        logits_to_keep: int | Int[Tensor, " rows"] = 0,
+    ) -> tuple[Float[Tensor, "batch rows vocab"], Float[Tensor, "batch new hidden"]]:
+        """`forward`, and the model's top hidden state at every new token from the same forward pass: the final
+        norm's output, which the output layer reads (where `logits_to_keep` cuts the logits, the features of every
+        new token are still returned). Feature-level drafts (EAGLE) read it.
+
+        **Returns:** the logits, as `forward` returns them, and the features `(batch, new, hidden)`.
+        """
+        out = self._run(
+            input_ids, position_ids, mask, cache, valid=valid, logits_to_keep=logits_to_keep, output_hidden_states=True
+        )
+        return out.logits, out.hidden_states[-1]
+
+    def _run(
+        self,
+        input_ids: TokenIds,
+        position_ids: Positions,
+        mask: Mask4D,
+        cache: KVCache,
+        *,
+        valid: Bool[Tensor, "batch new"] | None,
+        logits_to_keep: int | Int[Tensor, " rows"],
+        output_hidden_states: bool = False,
+    ):
+        """The checks and the model call behind `forward` and `forward_features`; the model's output object."""
         batch, num_new = input_ids.shape
         expected = (batch, 1, num_new, cache.columns + num_new)
         if tuple(mask.shape) != expected:
@@ -131,9 +166,10 @@ class CausalLM:
                 past_key_values=cache.hf_cache,
                 use_cache=True,
                 logits_to_keep=logits_to_keep,
+                output_hidden_states=output_hidden_states,
             )
         cache.record(position_ids, torch.ones_like(input_ids, dtype=torch.bool) if valid is None else valid)
-        return out.logits
+        return out
 
     def _model_mask(
         self, mask: Bool[Tensor, "batch 1 query key"], position_ids: Positions, cache: KVCache

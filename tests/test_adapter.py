@@ -131,3 +131,30 @@ def test_wrap_is_made_once_per_model():
     assert CausalLM.wrap(model) is CausalLM.wrap(model)
     adapter = CausalLM.wrap(model)
     assert CausalLM.wrap(adapter) is adapter
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_features_are_the_top_hidden_state_of_the_same_forward(family):
+    """`forward_features` (what a feature-level draft reads): the logits are the output layer applied to the
+    returned features, bit for bit, so they come from the same forward; every new token has its features even
+    where `logits_to_keep` cuts the logits; and they equal transformers' own last hidden state over the whole
+    sequence, up to rounding, when fed in two pieces on top of the cache."""
+    model = tiny_model(family)
+    adapter = CausalLM(model)
+    cache = KVCache()
+    first, rest = SEQUENCE[:5], SEQUENCE[5:]
+    _, head = adapter.forward_features(
+        torch.tensor([first]), torch.arange(5)[None], masks.causal(5, 0)[None, None], cache
+    )
+    cache.commit()
+    n = len(rest)
+    logits, features = adapter.forward_features(
+        torch.tensor([rest]), torch.arange(5, 5 + n)[None], masks.causal(n, 5)[None, None], cache, logits_to_keep=3
+    )
+    assert features.shape == (1, n, model.config.hidden_size) and logits.shape == (1, 3, model.config.vocab_size)
+    with torch.no_grad():
+        assert torch.equal(model.get_output_embeddings()(features[:, -3:]), logits)
+        reference = model(torch.tensor([SEQUENCE]), output_hidden_states=True).hidden_states[-1]
+    tolerance = rounding_tolerance(model, reference, keys=len(SEQUENCE))
+    torch.testing.assert_close(torch.cat([head, features], dim=1), reference, rtol=0, atol=tolerance)
+    assert cache.columns == len(SEQUENCE)  # the features came with the cache entries, from one forward each
