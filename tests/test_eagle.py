@@ -15,19 +15,19 @@ VOCAB, HIDDEN = 48, 32
 
 def target_batch(model, batch: int, seq: int, seed: int):
     """The target's own greedy text (2 random prompt tokens, then its answer, as the head will be trained on), and
-    the target's features and logits along it, from `forward_features`."""
+    the target's features along it, from `forward_features`."""
     prompts = torch.randint(0, VOCAB, (batch, 2), generator=torch.Generator().manual_seed(seed))
     answers = mtdecode.generate(model, prompts, Autoregressive(), max_new_tokens=seq - 2).tokens
     tokens = torch.cat([prompts, answers], dim=1)  # (batch, seq)
     adapter = CausalLM(model)
     rows = []
     for b in range(batch):  # one row at a time through the adapter's typed forward
-        logits, features = adapter.forward_features(
+        _, features = adapter.forward_features(
             tokens[b : b + 1], torch.arange(seq)[None], masks.causal(seq, 0)[None, None], KVCache()
         )
-        rows.append((features, logits))
-    features, logits = (torch.cat(parts) for parts in zip(*rows, strict=True))
-    return features.float(), tokens, logits.float()  # in `eagle_loss`'s order
+        rows.append(features)
+    features = torch.cat(rows)
+    return features.float(), tokens  # in `eagle_loss`'s order
 
 
 def test_the_head_predicts_one_feature_per_position_and_scores_only_its_tokens():
@@ -35,7 +35,7 @@ def test_the_head_predicts_one_feature_per_position_and_scores_only_its_tokens()
     heads = torch.tensor([0, 3, 5, 7, 11])
     torch.manual_seed(0)
     head = EagleHead(model.config, model.get_input_embeddings().weight, model.get_output_embeddings().weight, heads)
-    features, tokens, _ = target_batch(model, batch=2, seq=6, seed=1)
+    features, tokens = target_batch(model, batch=2, seq=6, seed=1)
     predicted = head(features[:, :-1], tokens[:, 1:], torch.arange(5).expand(2, -1))
     assert predicted.shape == (2, 5, HIDDEN) and head.logits(predicted).shape == (2, 5, len(heads))
     # causal: changing the last input leaves the earlier predictions as they were
