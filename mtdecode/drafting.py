@@ -171,13 +171,17 @@ class DraftLength:
         E(k) - r T(k). No confidences are recorded for calibration."""
         width = expected.shape[1] - 1
         device = expected.device
-        cost = torch.tensor([self.costs.step(k) for k in range(width + 1)], dtype=torch.float64, device=device)
+        cost = self.step_costs(range(width + 1)).to(device)  # T(0..width)
         beyond = torch.arange(width + 1, device=device) > available.to(device)[:, None]
         rate = (self.gained / self.spent)[:, None]  # (batch, 1)
         k = (expected.double() - rate * cost).masked_fill(beyond, -torch.inf).argmax(1)  # the first of equals
         self.probing = (k == 0) & (available.to(device) > 0) & (self.rested >= self.patience)
         self.confidences = []
         return torch.where(self.probing, 1, k)
+
+    def step_costs(self, guesses: Sequence[int]) -> Float[Tensor, " steps"]:
+        """T(k) for each k in `guesses`, as a float64 tensor (on the CPU)."""
+        return torch.tensor([self.costs.step(k) for k in guesses], dtype=torch.float64)
 
     def calibrated(self, confidence: Float[Tensor, "batch ..."]) -> Float[Tensor, "batch ..."]:
         """P(accepted | confidence), from this row's history in the confidence's bin, starting at the confidence."""
@@ -198,7 +202,7 @@ class DraftLength:
         )
         self.rested = torch.where(drew, 0, self.rested + 1)
         self.gained += accepted.double() + 1
-        self.spent += torch.tensor([self.costs.step(k) for k in drafted.tolist()], dtype=torch.float64).to(self.spent)
+        self.spent += self.step_costs(drafted.tolist()).to(self.spent)
         if not self.confidences:
             return
         confidence = torch.stack(self.confidences, dim=1)  # (batch, guesses)

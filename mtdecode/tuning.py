@@ -129,8 +129,7 @@ def copy_costs(target: CausalLM, *, longest: int = 32) -> DraftCosts:
     """The same for guesses that cost nothing to make (prompt lookup copies them from the text), with the curve as
     measured: `DraftLength.plan` weighs every width at once, so a wider forward that measured cheaper than a
     narrower one is a real choice there (on some hosts 2 tokens cost more than 4)."""
-    costs = forward_costs(target)
-    return DraftCosts(draft=0.0, target=[relative_cost(costs, n) for n in range(1, longest + 1)])
+    return DraftCosts(draft=0.0, target=measured_curve(target, longest))
 
 
 def candidate_costs(model: CausalLM, window: int, ngram: int, guesses: int) -> DraftCosts:
@@ -144,9 +143,14 @@ def candidate_costs(model: CausalLM, window: int, ngram: int, guesses: int) -> D
 def cost_curve(model: CausalLM, longest: int) -> list[float]:
     """t(1..longest): a forward over n tokens against one, measured, and planned as never cheaper than fewer
     tokens (where a wider forward measured cheaper, a faster kernel or noise, one more token counts as free)."""
-    costs = forward_costs(model)
-    measured = [relative_cost(costs, n) for n in range(1, longest + 1)]
+    measured = measured_curve(model, longest)
     return [max(measured[: n + 1]) for n in range(len(measured))]
+
+
+def measured_curve(model: CausalLM, longest: int) -> list[float]:
+    """t(1..longest): a forward over n tokens against one, as measured (interpolated between measured sizes)."""
+    costs = forward_costs(model)
+    return [relative_cost(costs, n) for n in range(1, longest + 1)]
 
 
 def expected_tokens(w: int, n: int, g: int, hit_rate: float, *, prompt_pool: bool = False) -> float:

@@ -84,11 +84,14 @@ def test_lookahead_sampling_with_the_rule_matches_autoregressive(monkeypatch):
     assert result.passed, str(result)
 
 
-@pytest.mark.parametrize("which", ["lookahead", "prompt lookup with the rule"])
+@pytest.mark.parametrize("which", ["lookahead", "lookahead with the rule", "prompt lookup with the rule"])
 def test_the_test_rejects_a_wrong_verifier(which, monkeypatch):
     monkeypatch.setattr(verification, "try_proposals", keep_rejected)
     if which == "lookahead":
         result = check(Lookahead(2, 3, 2, prompt_pool=True), LOOKAHEAD_PROMPT, SETTINGS["plain"])
+    elif which == "lookahead with the rule":
+        monkeypatch.setattr(tuning, "forward_costs", lambda _model: {n: 1.0 + 0.02 * (n - 1) for n in tuning.SIZES})
+        result = check(Lookahead(2, 3, None, prompt_pool=True), LOOKAHEAD_PROMPT, SETTINGS["plain"])
     else:
         strategy = PromptLookup(ngram=2, costs=DraftCosts(draft=0.0, target=[1.0, 1.3, 1.05, 1.4]))
         result = check(strategy, LOOKUP_PROMPT, SETTINGS["plain"])

@@ -38,9 +38,8 @@ When G is tuned it is the most candidates a step verifies: each row verifies onl
 its candidates (most recent first) as are expected to pay for their tokens in the forward
 (`DraftLength.plan_expected` in `mtdecode.drafting`), judged from how often this row's
 candidates of each rank were the accepted one and how many tokens they brought (`CandidateRecord`).
-On text where the pool's n-grams seldom recur, a step then verifies none and costs about what a
-greedy step costs. The rule reads only earlier steps, never this step's p, so the output stays
-exact.
+Where the pool's candidates are seldom right, a row verifies fewer of them, down to none. The
+rule reads only earlier steps, never this step's p, so the output stays exact.
 """
 
 from collections import OrderedDict

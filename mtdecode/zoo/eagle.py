@@ -137,7 +137,7 @@ def make_data(work, *, held_out: bool = False, prompts: int = 192, batch: int = 
     from tqdm import tqdm
 
     import mtdecode
-    from mtdecode.model import CausalLM
+    from mtdecode import KVCache, masks
     from mtdecode.strategies import Autoregressive
     from mtdecode.zoo import load_model, load_tokenizer
     from mtdecode.zoo.prompts import held_out_prompts, training_prompts
@@ -149,8 +149,7 @@ def make_data(work, *, held_out: bool = False, prompts: int = 192, batch: int = 
     todo = [i for i in range(len(batches)) if not (folder / f"{i:04d}.pt").exists()]
     if not todo:
         return
-    target, tokenizer = load_model(), load_tokenizer()
-    adapter = CausalLM.wrap(target.hf)
+    target, tokenizer = load_model(), load_tokenizer()  # a CausalLM
     for i in tqdm(todo, desc=f"data: target answers ({folder.name})", unit="batch"):
         chats = [[{"role": "user", "content": t}] for t in batches[i]]
         ids = [list(tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"]) for c in chats]
@@ -161,21 +160,14 @@ def make_data(work, *, held_out: bool = False, prompts: int = 192, batch: int = 
         records = []
         for b, prompt in enumerate(ids):
             tokens = torch.tensor(prompt + result.row(b))
-            runner = mtdecode.Runner(adapter, "target")
             n = len(tokens)
-            _, features = adapter.forward_features(
-                tokens[None], torch.arange(n)[None], _causal(n)[None, None], runner.cache
+            _, features = target.forward_features(
+                tokens[None], torch.arange(n)[None], masks.causal(n, 0)[None, None], KVCache()
             )
             records.append({"tokens": tokens, "answer_start": len(prompt), "features": features[0].half()})
         tmp = folder / f"{i:04d}.tmp"
         torch.save(records, tmp)
         tmp.rename(folder / f"{i:04d}.pt")
-
-
-def _causal(n: int) -> Tensor:
-    from mtdecode import masks
-
-    return masks.causal(n, 0)
 
 
 def load_records(work, held_out: bool = False) -> list[dict]:
