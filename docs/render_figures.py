@@ -43,6 +43,21 @@ def render_tree() -> None:
     figures.tree_mask([-1, 0, 0, 1, -1], PROMPT, ["on", "the", "a", "mat", "in"]).plot(OUT / "tree.png")
 
 
+def render_eagle() -> None:
+    # the tree one EAGLE step verifies: x0 ("on", the newest committed token, not yet in the cache), the head's two
+    # best children of it, then the best nodes below them (`mtdecode.strategies.eagle`, step 3)
+    #            x0: on
+    #           /      \
+    #       1:the      2:a
+    #      /    \        \
+    #   3:mat  4:floor   5:rug
+    #     |
+    #   6:.
+    figures.tree_mask([-1, 0, 0, 1, 1, 2, 3], PROMPT, ["on", "the", "a", "mat", "floor", "rug", "."]).plot(
+        OUT / "eagle_tree.png"
+    )
+
+
 def render_speculative() -> None:
     # the target checks x0 and k = 4 draft tokens left to right: `mtdecode masks speculative --draft-tokens 4`
     figures.speculative_mask(4, PROMPT).plot(OUT / "speculative.png")
@@ -92,7 +107,7 @@ def main() -> None:
 
     OUT.mkdir(exist_ok=True)
     renders = (render_causal, render_branches, render_tree, render_speculative, render_sliding_window, render_lookahead)
-    for render in (*renders, render_jacobi, render_batch):
+    for render in (*renders, render_jacobi, render_batch, render_eagle):
         render()
         plt.close("all")
     for path in sorted(OUT.glob("*.png")):

@@ -209,9 +209,20 @@ class DraftLength:
         position = torch.arange(confidence.shape[1], device=confidence.device)
         tried = (position <= accepted[:, None]) & (position < drafted[:, None])
         hit = position < accepted[:, None]
+        self.calibrate(confidence, tried, hit)
+
+    def calibrate(
+        self,
+        confidence: Float[Tensor, "batch guesses"],
+        tried: Bool[Tensor, "batch guesses"],
+        hit: Bool[Tensor, "batch guesses"],
+    ) -> None:
+        """Add verified guesses to each row's calibration: those `tried` at their `confidence`, and which of them
+        were accepted (`hit`). `record` does this for a chain; a strategy whose guesses form a tree calls it
+        itself."""
         bins = bin_of(confidence)
         self.tries.scatter_add_(1, bins, tried.double())
-        self.hits.scatter_add_(1, bins, hit.double())
+        self.hits.scatter_add_(1, bins, (hit & tried).double())
 
 
 def check_counts(strategy: object, names: Sequence[str], *, optional: Sequence[str] = ()) -> None:

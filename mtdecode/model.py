@@ -235,17 +235,44 @@ class Runner:
 
         Logits `(batch, rows, vocab)`.
         """
-        batch, num_new = tokens.shape
+        positions, mask, real = self.place(tokens, offsets, sees, pad)
+        self.forwards += 1
+        return self.model.forward(tokens, positions, mask, self.cache, valid=real, logits_to_keep=logits_to_keep)
+
+    def forward_features(
+        self,
+        tokens: Int[Tensor, "batch new"],
+        offsets: Int[Tensor, "... new"],
+        sees: Bool[Tensor, "... new seen"],
+        *,
+        pad: Int[Tensor, " batch"] | None = None,
+        logits_to_keep: int | Int[Tensor, " rows"] = 0,
+    ) -> tuple[Float[Tensor, "batch rows vocab"], Float[Tensor, "batch new hidden"]]:
+        """`forward`, and the top hidden state of every new token from the same forward pass
+        (`CausalLM.forward_features`)."""
+        positions, mask, real = self.place(tokens, offsets, sees, pad)
+        self.forwards += 1
+        return self.model.forward_features(
+            tokens, positions, mask, self.cache, valid=real, logits_to_keep=logits_to_keep
+        )
+
+    def place(
+        self,
+        tokens: Int[Tensor, "batch new"],
+        offsets: Int[Tensor, "... new"],
+        sees: Bool[Tensor, "... new seen"],
+        pad: Int[Tensor, " batch"] | None,
+    ) -> tuple[Int[Tensor, "batch new"], Bool[Tensor, "batch 1 new key"], Bool[Tensor, "batch new"]]:
+        """Where `forward`'s new tokens go: their positions, the full 4-D mask over the cache and them, and which
+        of them are real (not left padding)."""
+        batch, num_new = tokens.shape[:2]
         device = tokens.device
         pad = torch.zeros(batch, dtype=torch.long, device=device) if pad is None else pad.to(device)
         real = torch.arange(num_new, device=device)[None, :] >= pad[:, None]  # (batch, new): not padding
         committed = self._committed_lengths(batch, device)
         positions = (committed[:, None] + offsets - pad[:, None]).clamp(min=0)  # (batch, new)
         mask = self._mask(sees.expand(batch, num_new, -1), real, num_new)  # (batch, new, columns + new)
-        self.forwards += 1
-        return self.model.forward(
-            tokens, positions, mask[:, None], self.cache, valid=real, logits_to_keep=logits_to_keep
-        )
+        return positions, mask[:, None], real
 
     def extend(
         self, tokens: Sequence[Sequence[int]] | Sequence[int] | Int[Tensor, "batch new"], *, logits_to_keep: int = 0
@@ -257,6 +284,22 @@ class Runner:
         list of ints feeds a batch of one. The new entries are left pending: resolve them with
         `cache.commit/crop/keep`.
         """
+        ids, offsets, sees, pad = self.after_held(tokens)
+        return self.forward(ids, offsets, sees, pad=pad, logits_to_keep=logits_to_keep)
+
+    def extend_features(
+        self, tokens: Sequence[Sequence[int]] | Int[Tensor, "batch new"], *, logits_to_keep: int = 0
+    ) -> tuple[Float[Tensor, "batch rows vocab"], Float[Tensor, "batch new hidden"]]:
+        """`extend`, and the top hidden state of every new token (left padding included: row b's real tokens are
+        its last ones)."""
+        ids, offsets, sees, pad = self.after_held(tokens)
+        return self.forward_features(ids, offsets, sees, pad=pad, logits_to_keep=logits_to_keep)
+
+    def after_held(
+        self, tokens: Sequence[Sequence[int]] | Sequence[int] | Int[Tensor, "batch new"]
+    ) -> tuple[Int[Tensor, "batch new"], Int[Tensor, "batch new"], Bool[Tensor, "new seen"], Int[Tensor, " batch"]]:
+        """`extend`'s arguments for `forward`: the tokens left padded, their offsets after everything the cache
+        holds, a mask that lets them see every pending entry and each other left to right, and the padding."""
         device = self.model.device
         ids, pad = left_pad(tokens, device)  # (batch, new), (batch,)
         batch, num_new = ids.shape
@@ -265,7 +308,7 @@ class Runner:
         seen = self.cache.pending + num_new
         sees = torch.ones(num_new, seen, dtype=torch.bool, device=device)  # every pending entry (holes aside)
         sees[:, self.cache.pending :] = masks.causal(num_new, device=device)  # the new tokens: left to right
-        return self.forward(ids, offsets, sees, pad=pad, logits_to_keep=logits_to_keep)
+        return ids, offsets, sees, pad
 
     def _committed_lengths(self, batch: int, device) -> Int[Tensor, " batch"]:
         if self.cache.valid is None:

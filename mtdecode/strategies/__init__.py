@@ -8,6 +8,7 @@ says whether it must be given a draft model.
 import dataclasses
 
 from mtdecode.strategies.autoregressive import Autoregressive
+from mtdecode.strategies.eagle import Eagle
 from mtdecode.strategies.jacobi import Jacobi
 from mtdecode.strategies.lookahead import Lookahead
 from mtdecode.strategies.mtad import MTAD
@@ -22,6 +23,7 @@ REGISTRY: dict[str, type] = {
     "prompt_lookup": PromptLookup,
     "lookahead": Lookahead,
     "mtad": MTAD,
+    "eagle": Eagle,
 }
 
 
@@ -30,4 +32,6 @@ def needs_draft(strategy_class: type) -> bool:
     return any(f.name == "draft" for f in dataclasses.fields(strategy_class))
 
 
-__all__ = ["REGISTRY", "Autoregressive", "Jacobi", "Lookahead", "MTAD", "PromptLookup", "Speculative", "needs_draft"]
+__all__ = [
+    "REGISTRY", "Autoregressive", "Eagle", "Jacobi", "Lookahead", "MTAD", "PromptLookup", "Speculative", "needs_draft",
+]  # fmt: skip

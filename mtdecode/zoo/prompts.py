@@ -1,3 +1,4 @@
+# ruff: noqa: E501 (code snippets, one per line)
 """Chat prompts for distilling the SmolLM2 draft: task templates crossed with topics.
 
 The training topics and the held-out topics do not overlap, so agreement measured on
@@ -132,3 +133,97 @@ def training_prompts() -> list[str]:
 
 def held_out_prompts() -> list[str]:
     return [task.format(t=topic) for topic in HELD_OUT_TOPICS for task in TASKS]
+
+
+# ------------------------------------------------------------------ code editing, math, summaries (EAGLE head)
+#
+# The EAGLE head (`mtdecode.zoo.eagle`) learns from the target's answers on all four benchmark task kinds. None
+# of these snippets, problems or passages is in the benchmark (`tests/test_zoo.py` checks), and the held-out
+# ones are disjoint from the training ones.
+
+CODE_EDITS = [
+    "Rename the function to `{new}` and show the whole code:",
+    "Add type hints to this code and show all of it:",
+    "Add a docstring to every function and show the whole code:",
+    "Add a comment above each line that is not obvious, and show the whole code:",
+    "Make this code raise a ValueError on empty input, and show the whole code:",
+    "Rewrite this code in a more readable way and show all of it:",
+    "Translate this Python code to JavaScript:",
+    "Write two pytest tests for this code:",
+]
+
+CODE_SNIPPETS = [
+    "def word_lengths(sentence):\n    lengths = {}\n    for word in sentence.split():\n        lengths[word] = len(word)\n    return lengths",
+    "def celsius_to_fahrenheit(temps):\n    out = []\n    for t in temps:\n        out.append(t * 9 / 5 + 32)\n    return out",
+    "def find_max(items):\n    best = items[0]\n    for item in items[1:]:\n        if item > best:\n            best = item\n    return best",
+    "def count_vowels(text):\n    n = 0\n    for ch in text.lower():\n        if ch in 'aeiou':\n            n += 1\n    return n",
+    "class Counter:\n    def __init__(self):\n        self.value = 0\n\n    def increment(self):\n        self.value += 1\n\n    def reset(self):\n        self.value = 0",
+    "def flatten(nested):\n    flat = []\n    for sub in nested:\n        for x in sub:\n            flat.append(x)\n    return flat",
+    "def read_numbers(path):\n    numbers = []\n    for line in open(path):\n        numbers.append(int(line.strip()))\n    return numbers",
+    "def fizzbuzz(n):\n    for i in range(1, n + 1):\n        if i % 15 == 0:\n            print('FizzBuzz')\n        elif i % 3 == 0:\n            print('Fizz')\n        elif i % 5 == 0:\n            print('Buzz')\n        else:\n            print(i)",
+    "def unique(items):\n    seen = []\n    for item in items:\n        if item not in seen:\n            seen.append(item)\n    return seen",
+    "class BankAccount:\n    def __init__(self, owner, balance=0):\n        self.owner = owner\n        self.balance = balance\n\n    def deposit(self, amount):\n        self.balance += amount\n\n    def withdraw(self, amount):\n        self.balance -= amount",
+    "def factorial(n):\n    result = 1\n    for i in range(2, n + 1):\n        result *= i\n    return result",
+    "def group_by_length(words):\n    groups = {}\n    for w in words:\n        groups.setdefault(len(w), []).append(w)\n    return groups",
+    "def reverse_words(sentence):\n    words = sentence.split(' ')\n    words.reverse()\n    return ' '.join(words)",
+    "def mean_and_spread(values):\n    m = sum(values) / len(values)\n    spread = max(values) - min(values)\n    return m, spread",
+    "def parse_pairs(text):\n    result = {}\n    for part in text.split(','):\n        key, value = part.split('=')\n        result[key.strip()] = value.strip()\n    return result",
+    "def is_prime(n):\n    if n < 2:\n        return False\n    for d in range(2, int(n ** 0.5) + 1):\n        if n % d == 0:\n            return False\n    return True",
+]
+
+HELD_OUT_CODE_SNIPPETS = [
+    "def gcd(a, b):\n    while b:\n        a, b = b, a % b\n    return a",
+    "def title_case(words):\n    out = []\n    for w in words:\n        out.append(w[:1].upper() + w[1:])\n    return out",
+    "class Timer:\n    def __init__(self):\n        self.laps = []\n\n    def lap(self, seconds):\n        self.laps.append(seconds)\n\n    def total(self):\n        return sum(self.laps)",
+    "def running_total(values):\n    totals = []\n    acc = 0\n    for v in values:\n        acc += v\n        totals.append(acc)\n    return totals",
+]
+
+MATH_TEMPLATES = [
+    "A car uses {a} litres of fuel for every 100 km. How much fuel does it need for {b} km? Show your steps.",
+    "Tom reads {a} pages a day. How many days does he need to finish a book of {c} pages? Show your steps.",
+    "A box holds {a} pencils. How many boxes are needed for {c} pencils? Show your steps.",
+    "A jacket costs {c} dollars and is on sale for {p}% off. What is the sale price? Show your steps.",
+    "The sum of two numbers is {c} and their difference is {a}. What are the numbers? Show your steps.",
+    "A garden is {a} m long and {b} m wide. What are its area and its perimeter? Show your steps.",
+    "Solve for x: {a}x - {b} = {c}. Show each step.",
+    "A cyclist rides at {a} km/h for {h} hours. How far does she go? Show your steps.",
+    "{a} friends share a bill of {c} dollars equally. How much does each pay? Show your steps.",
+    "A tank holds {c} litres and fills at {a} litres per minute. How long does it take to fill? Show your steps.",
+    "What is {p}% of {c}? Explain the method.",
+    "A class has {c} students and {p}% of them walk to school. How many walk? Show your steps.",
+]
+
+SUMMARY_TASKS = [
+    "Summarise this text in two sentences.\n\n{passage}",
+    "Give the main point of this text in one sentence.\n\n{passage}",
+    "List the key facts in this text as bullet points.\n\n{passage}",
+    "Rewrite this text for a ten-year-old in three sentences.\n\n{passage}",
+    "Write a title for this text and a one-sentence summary.\n\n{passage}",
+    "What are the three most important ideas in this text?\n\n{passage}",
+]
+
+
+def code_prompts(held_out: bool = False) -> list[str]:
+    """Code-editing prompts: every edit crossed with every snippet (training and held-out snippets differ)."""
+    snippets = HELD_OUT_CODE_SNIPPETS if held_out else CODE_SNIPPETS
+    edits = [e.format(new="compute") for e in CODE_EDITS]
+    return [f"{edit}\n```python\n{code}\n```" for code in snippets for edit in edits]
+
+
+def math_prompts(count: int, held_out: bool = False) -> list[str]:
+    """`count` word problems, the templates filled with seeded random numbers (held-out uses another seed)."""
+    import random
+
+    rng = random.Random(1 if held_out else 0)
+    prompts = []
+    while len(prompts) < count:
+        template = MATH_TEMPLATES[len(prompts) % len(MATH_TEMPLATES)]
+        numbers = dict(a=rng.randint(3, 19), b=rng.randint(20, 90), c=rng.randint(100, 900),
+                       p=rng.choice([10, 15, 20, 25, 30, 40]), h=rng.randint(2, 6))  # fmt: skip
+        prompts.append(template.format(**numbers))
+    return prompts
+
+
+def summary_prompts(passages: list[str]) -> list[str]:
+    """Summarisation prompts over the given passages (the recipe passes the target's own chat answers)."""
+    return [SUMMARY_TASKS[i % len(SUMMARY_TASKS)].format(passage=p.strip()) for i, p in enumerate(passages)]

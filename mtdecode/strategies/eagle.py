@@ -1,0 +1,380 @@
+"""EAGLE: feature-level drafting with a token tree (Li et al., 2024; the tree grows as in EAGLE-2).
+
+A small head (`mtdecode.zoo.eagle.EagleHead`) drafts from the target's own top hidden states,
+its features f_t, instead of from a separate small model. The head's entry at position t reads
+(f_t, x_{t+1}) and predicts f_{t+1}; the target's output rows turn a predicted feature into a
+distribution over the head's tokens. One step, for every row of the batch at once:
+
+1. draft:  from the head's prediction for x0's position, grow a tree depth by depth: at depth 1
+           the head's top-`width` tokens; at each further depth one head forward over the `width`
+           newest nodes (fed their parents' predicted features, a tree mask among them), and the
+           `width` best children of all of them by path value (the product of the head's
+           probabilities from the root), as EAGLE-2 expands;
+2. size:   rank every node by path value and keep the best N, which is a subtree since a child is
+           never worth more than its parent; N maximises E(N) - r T(N), E(N) = 1 + the kept values'
+           sum (the head's own guess of the tokens a step yields), T(N) the measured cost of a
+           target forward over N + 1 tokens, r the row's rate so far (`mtdecode.drafting`);
+3. verify: one target forward over x0 and the N nodes with the shared tree mask
+           (`mtdecode.masks.tree`), which also returns the target's features;
+4. accept: every root-to-leaf path is a candidate; the shared one-hot multi-candidate rule
+           (`mtdecode.verification`) accepts the longest prefix it allows and draws one more
+           token from p: exactly greedy decoding at temperature 0, exactly p when sampling (the
+           tree is fixed before any of this step's draws, and its tokens are one-hot proposals);
+5. commit: the target's cache keeps x0 and the accepted nodes; the head reads the new entries
+           (f_t, x_{t+1}) with the target's real features, which gives its prediction for the
+           next step's root.
+
+The first step has no features yet: it is a plain step over the prompt (the head reads the
+prompt's features after it). The head's KV cache is a `KVCache` under the session's checks like
+every model's: it holds each row's committed tokens but the newest, as the target's does; the
+draft tree's entries are pending only while the tree grows.
+"""
+
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from mtdecode import masks, tuning
+from mtdecode.cache import KVCache
+from mtdecode.drafting import DraftCosts, DraftLength, check_counts
+from mtdecode.model import CausalLM, Runner
+from mtdecode.session import Session, Step
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
+from mtdecode.verification import Verdict, verify_candidates, verify_greedy
+from mtdecode.zoo.eagle import EagleHead
+
+
+@dataclass(frozen=True)
+class Eagle:
+    """Draft a token tree with a feature-level head, verify it in one target forward.
+
+    **Arguments:**
+
+    - `head`: an `EagleHead` trained for the target at hand (same hidden size, vocabulary and device); None (the
+      default): the head that ships for SmolLM2-135M-Instruct, `load_model("smollm2-135m-eagle")`, which fits
+      no other model.
+    - `depth`: D, the tree's greatest depth (at least 1).
+    - `width`: W, nodes kept per depth (top-W children; at least 1).
+    - `tree_size`: a fixed number of verified nodes N (at most D x W); None (the default): each step's N
+      from the measured forward-cost curve (step 2).
+    - `costs`: the target's forward costs for step 2 (None: measured on this host, `mtdecode.tuning`).
+    """
+
+    head: EagleHead | None = None
+    depth: int = 5
+    width: int = 4
+    tree_size: int | None = None
+    costs: DraftCosts | None = None
+    #: output identical to greedy decoding at temperature 0, distributed as p when sampling
+    exact: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        check_counts(self, ("depth", "width", "tree_size"), optional=["tree_size"])
+        if self.head is not None and not isinstance(self.head, EagleHead):
+            raise TypeError(f"head must be an mtdecode.zoo.eagle.EagleHead, got {type(self.head).__name__}")
+        if self.tree_size is not None and self.tree_size > self.depth * self.width:
+            raise ValueError(f"tree_size ({self.tree_size}) must be at most depth x width ({self.depth * self.width})")
+
+    def decode(self, s: Session) -> Iterator[list[Step]]:
+        head = head_runner(s, self.head if self.head is not None else shipped_head(s.target.model))
+        size = None
+        if self.tree_size is None:
+            costs = self.costs or DraftCosts(0.0, tuning.cost_curve(s.target.model, self.depth * self.width + 1))
+            size = DraftLength(costs, s.batch, s.device)
+        # the first step: a plain forward over the prompts, whose features the head then reads
+        logits, features = s.target.extend_features(s.unread(s.target), logits_to_keep=1)
+        s.target.cache.commit()
+        steps = s.commit(plain_token(s, logits[:, -1]), 1)
+        width = features.shape[1]  # the prompts, left padded
+        root = read_features(s, head, [features[b, width - n :] for b, n in enumerate(s.prompt_lengths)], None)
+        yield steps
+        while not s.done:
+            tree = grow_tree(s, head, root, self.depth, self.width)  # step 1
+            n, worth = tree_size(s, tree, self.tree_size, size)  # step 2
+            chosen = best_nodes(worth, n)
+            verdict, path, features = verify_tree(s, tree, chosen)  # steps 3 and 4
+            steps = commit(s, verdict, path, n)  # step 5
+            if size is not None:
+                size.record(torch.where(s.active, n, 0), verdict.accepted)
+                calibrate(s, size, tree, chosen, path)
+            rows = torch.arange(s.batch, device=s.device)[:, None]
+            fresh = features[rows, torch.cat([path.new_zeros(path.shape[0], 1), path + 1], dim=1).clamp(min=0)]
+            root = read_features(s, head, [fresh[b, : int(a) + 1] for b, a in enumerate(verdict.accepted)], root)
+            yield steps
+
+
+# ------------------------------------------------------------------ the head's runner
+
+
+class HeadRunner(Runner):
+    """A `Runner` for an `EagleHead`: its cache is placed and masked like a model's, but it is fed features
+    along with tokens and returns predicted features."""
+
+    def __init__(self, head: EagleHead, batch: int) -> None:  # `Runner.__init__` takes a `CausalLM`
+        self.model = head
+        self.role = "head"
+        self.cache = KVCache(batch, head.device)
+        self.forwards = 0
+
+    def step(
+        self,
+        features: Float[Tensor, "batch new hidden"],
+        tokens: Int[Tensor, "batch new"],
+        offsets: Int[Tensor, "... new"],
+        sees: Bool[Tensor, "... new seen"],
+        *,
+        pad: Int[Tensor, " batch"] | None = None,
+    ) -> Float[Tensor, "batch new hidden"]:
+        """As `Runner.forward`, with each new entry's feature."""
+        positions, mask, real = self.place(tokens, offsets, sees, pad)
+        self.forwards += 1
+        return self.model.step(features, tokens, positions, mask, self.cache, valid=real)
+
+
+def shipped_head(target: CausalLM) -> EagleHead:
+    """The head that ships for the default model, on the target's device and in its dtype (loaded once)."""
+    if (target.vocab_size, target.config.hidden_size) != (49152, 576):
+        raise ValueError(
+            f"Eagle() without a head uses the head shipped for SmolLM2-135M-Instruct, which does not fit {target.name} "
+            "(another vocabulary or hidden size): pass head= a head trained for it (python -m mtdecode.zoo.eagle)"
+        )
+    return _shipped(str(target.device), target.dtype)
+
+
+@functools.cache
+def _shipped(device: str, dtype: torch.dtype) -> EagleHead:
+    from mtdecode.zoo import EAGLE_MODEL, load_model
+
+    return load_model(EAGLE_MODEL, device=device, dtype=dtype)
+
+
+def head_runner(s: Session, head: EagleHead) -> HeadRunner:
+    """The head's runner, its cache checked with the others after every step."""
+    target = s.target.model
+    embedding = head.embedding.shape
+    if embedding != (target.vocab_size, target.config.hidden_size):
+        raise ValueError(
+            f"the head's embedding is {tuple(embedding)} but the target has {target.vocab_size} tokens of hidden size "
+            f"{target.config.hidden_size}: an EAGLE head must be trained for the target at hand"
+        )
+    if head.device != s.device:
+        raise ValueError(f"the head is on {head.device} but the target is on {s.device}; put both on one device")
+    runner = HeadRunner(head, s.batch)
+    s.runners.append(runner)
+    return runner
+
+
+def read_features(
+    s: Session,
+    head: HeadRunner,
+    features: Sequence[Float[Tensor, "_fresh hidden"]],
+    root: Float[Tensor, "batch hidden"] | None,
+) -> Float[Tensor, "batch hidden"]:
+    """Step 5's head update: row b's head cache grows by the entries (f_t, x_{t+1}) its target cache gained, from
+    `features[b]` (the target's features at those positions, in order). Returns each row's prediction for the
+    position of its newest token (unchanged for rows that gained nothing)."""
+    start = head.cache.lengths.tolist()
+    # the entries it lacks; a finished row's target cache may hold one more until the session settles it
+    wanted = torch.minimum(s.target.cache.lengths, s.lengths - 1)
+    needed = (wanted - head.cache.lengths).clamp(min=0).tolist()
+    tokens = [s.tokens[b][start[b] + 1 : start[b] + 1 + n] for b, n in enumerate(needed)]
+    rows = [features[b][:n] for b, n in enumerate(needed)]
+    hidden = head.model.embedding.shape[1]
+    if not any(needed):  # every row finished
+        return root if root is not None else torch.zeros(s.batch, hidden, dtype=head.model.fuse.weight.dtype,
+                                                         device=s.device)  # fmt: skip
+    ids, offsets, sees, pad = head.after_held(tokens)
+    width = ids.shape[1]
+    padded = torch.zeros(s.batch, width, hidden, dtype=head.model.fuse.weight.dtype, device=s.device)
+    for b, row in enumerate(rows):
+        padded[b, width - len(row) :] = row
+    predicted = head.step(padded, ids, offsets, sees, pad=pad)  # (batch, width, hidden)
+    head.cache.commit()
+    gained = torch.tensor([n > 0 for n in needed], device=s.device)
+    if root is None:
+        return predicted[:, -1]
+    return torch.where(gained[:, None], predicted[:, -1], root)
+
+
+# ------------------------------------------------------------------ steps 1 to 5
+
+
+@dataclass(frozen=True)
+class Tree:
+    """Each row's drafted nodes, in the order they were made (depth by depth, so parents come first).
+
+    - `tokens`: the node's token; `parent`: its parent's index, -1 at depth 1; `depth`: 1, 2, ...;
+    - `confidence`: the head's probability of the node's token after its parent;
+    - `value`: the product of the confidences from the root to the node.
+    """
+
+    tokens: Int[Tensor, "batch node"]
+    parent: Int[Tensor, "batch node"]
+    depth: Int[Tensor, "batch node"]
+    confidence: Float[Tensor, "batch node"]
+    value: Float[Tensor, "batch node"]
+
+
+def grow_tree(s: Session, head: HeadRunner, root: Float[Tensor, "batch hidden"], depth: int, width: int) -> Tree:
+    """Step 1: D depths of W nodes per row, each depth the best W children of the one before by path value."""
+    model = head.model
+    batch, device = s.batch, s.device
+    rows = torch.arange(batch, device=device)[:, None]
+    with torch.no_grad():
+        q = torch.softmax(model.logits(root).double(), dim=-1)  # (batch, head tokens)
+    value, index = q.topk(width, dim=1)  # depth 1: (batch, W)
+    tokens = model.head_token_ids[index]
+    parent = torch.full((batch, width), -1, dtype=torch.long, device=device)
+    fed = root[:, None].expand(batch, width, -1)  # the feature each frontier node is fed with
+    levels = [(tokens, parent, value, value)]
+    entries = torch.empty(batch, 0, dtype=torch.long, device=device)  # the head's pending entries' parents
+    frontier_entry = torch.full((batch, width), -1, dtype=torch.long, device=device)  # parents' entries
+    for d in range(2, depth + 1):
+        new_entries = entries.shape[1] + torch.arange(width, device=device).expand(batch, -1)
+        entries = torch.cat([entries, frontier_entry], dim=1)
+        sees = masks.tree(entries)[:, -width:]  # (batch, W, pending + W)
+        offsets = masks.tree_positions(entries)[:, -width:]  # depth - 2 below the committed entries
+        predicted = head.step(fed, tokens, offsets, sees)  # (batch, W, hidden): each frontier node's next feature
+        with torch.no_grad():
+            q = torch.softmax(model.logits(predicted).double(), dim=-1)  # (batch, W, head tokens)
+        scores = (value[:, :, None] * q).flatten(1)  # (batch, W x head tokens)
+        value, pick = scores.topk(width, dim=1)
+        confidence = q.flatten(1).gather(1, pick)
+        chosen, index = pick // q.shape[-1], pick % q.shape[-1]  # the parent among the frontier, the token
+        tokens = model.head_token_ids[index]
+        parent = (d - 2) * width + chosen  # node index of the parent (depth d - 1 starts at (d - 2) W)
+        fed = predicted[rows, chosen]
+        frontier_entry = new_entries[rows, chosen]
+        levels.append((tokens, parent, confidence, value))
+    head.cache.crop(head.cache.lengths)  # the tree's entries go: the next step feeds the target's real features
+    level_depth = [torch.full((batch, width), d + 1, dtype=torch.long, device=device) for d in range(depth)]
+    tokens, parent, confidence, value = (torch.cat(parts, dim=1) for parts in zip(*levels, strict=True))
+    return Tree(tokens, parent, torch.cat(level_depth, dim=1), confidence, value)
+
+
+def tree_size(
+    s: Session, tree: Tree, fixed: int | None, size: DraftLength | None
+) -> tuple[int, Float[Tensor, "batch node"]]:
+    """Step 2: how many nodes every row verifies (one N for the batch: the most any active row wants, so every
+    row's forward has the same shape), and the worth by which the best are chosen: with the rule, each node's
+    chance of acceptance as the row's record calibrates it, else the head's path value."""
+    if fixed is not None:
+        return fixed, tree.value
+    chance = accepted_chance(tree, size)
+    ranked = chance.sort(dim=1, descending=True).values  # (batch, node)
+    ones = torch.ones(s.batch, 1, dtype=torch.float64, device=s.device)
+    expected = torch.cat([ones, 1 + ranked.cumsum(1)], dim=1)  # E(0..node)
+    available = torch.where(s.active, ranked.shape[1], 0)
+    n = size.plan_expected(expected, available)
+    return (int(n[s.active].max()) if bool(s.active.any()) else 0), chance
+
+
+def accepted_chance(tree: Tree, size: DraftLength) -> Float[Tensor, "batch node"]:
+    """P(node accepted): the product, from the root, of P(accepted | parent accepted), each calibrated from the
+    head's confidence by the row's record (`DraftLength.calibrated`). Never more than the parent's."""
+    chance = size.calibrated(tree.confidence)
+    for node in range(tree.parent.shape[1]):  # parents come first
+        parent = tree.parent[:, node]
+        chance[:, node] *= torch.where(parent >= 0, chance.gather(1, parent.clamp(min=0)[:, None])[:, 0], 1.0)
+    return chance
+
+
+def calibrate(
+    s: Session, size: DraftLength, tree: Tree, chosen: Int[Tensor, "batch n"], path: Int[Tensor, "batch depth"]
+) -> None:
+    """After step 4: every verified node whose parent was accepted (or that hangs off x0) was tried at its
+    confidence; it was a hit if it was accepted. The row's calibration learns from both (a head's probabilities
+    can be far from how often its tokens are accepted)."""
+    n = chosen.shape[1]
+    if n == 0:
+        return
+    hit = torch.zeros(s.batch, n + 2, dtype=torch.bool, device=s.device)  # x0 at column 0, padding at n + 1
+    hit[:, 0] = True
+    hit.scatter_(1, torch.where(path >= 0, path + 1, n + 1), True)
+    parent = tree.parent.gather(1, chosen)  # node indices
+    slot = torch.searchsorted(chosen, parent.clamp(min=0))  # the parent's place among the chosen (parents first)
+    parent_hit = torch.where(parent >= 0, hit.gather(1, slot + 1), True)
+    tried = parent_hit & s.active[:, None]
+    size.calibrate(tree.confidence.gather(1, chosen), tried, hit[:, 1 : n + 1])
+
+
+def best_nodes(worth: Float[Tensor, "batch node"], n: int) -> Int[Tensor, "batch n"]:
+    """Each row's `n` worthiest nodes, in the order they were made (parents first); ties go to the earlier node,
+    so a child (never worth more than its parent) never comes in without its parent."""
+    return worth.argsort(dim=1, descending=True, stable=True)[:, :n].sort(dim=1).values
+
+
+def verify_tree(
+    s: Session, tree: Tree, chosen: Int[Tensor, "batch n"]
+) -> tuple[Verdict, Int[Tensor, "batch depth"], Float[Tensor, "batch fed hidden"]]:
+    """Steps 3 and 4: one target forward over x0 and each row's best `n` nodes; the multi-candidate rule over
+    their root-to-leaf paths.
+
+    **Returns:** the verdict, the accepted path as indices among the fed nodes (-1 past the accepted ones), and
+    the target's features at x0 and every fed node."""
+    batch, device = s.batch, s.device
+    rows = torch.arange(batch, device=device)[:, None]
+    n = chosen.shape[1]
+    slot = torch.full_like(tree.parent, -1).scatter_(1, chosen, torch.arange(n, device=device).expand(batch, -1))
+    parent_node = tree.parent.gather(1, chosen)
+    parent = torch.where(parent_node >= 0, slot.gather(1, parent_node.clamp(min=0)), -1)  # (batch, n): among kept
+    tokens = tree.tokens.gather(1, chosen)
+    # step 3: x0 is node 0 of the fed tree, the kept nodes follow it
+    fed_parents = torch.cat([torch.full((batch, 1), -1, device=device), parent + 1], dim=1)  # (batch, 1 + n)
+    fed = torch.cat([s.last_tokens[:, None], tokens], dim=1)
+    logits, features = s.target.forward_features(fed, masks.tree_positions(fed_parents), masks.tree(fed_parents))
+    if n == 0:  # a plain step
+        none = torch.zeros_like(s.last_tokens)
+        verdict = Verdict(none - 1, none, plain_token(s, logits[:, 0]))
+        return verdict, torch.empty(batch, 0, dtype=torch.long, device=device), features
+    # step 4: each leaf's path, root first, as kept-node indices (-1 pads)
+    depth = tree.depth.gather(1, chosen)
+    longest = int(depth.max())
+    leaf = ~(parent[:, :, None] == torch.arange(n, device=device)).any(1)  # (batch, n): no kept child
+    paths = torch.full((batch, n, longest + 1), -1, dtype=torch.long, device=device)  # a spare last column
+    node = torch.arange(n, device=device).expand(batch, -1)
+    level = depth.clone()
+    for _ in range(longest):
+        live = node >= 0
+        paths.scatter_(2, torch.where(live, level - 1, longest)[:, :, None], node[:, :, None])
+        node = torch.where(live, parent.gather(1, node.clamp(min=0)), -1)
+        level = level - 1
+    paths = paths[:, :, :longest]
+    order = (~leaf).long().argsort(dim=1, stable=True)[:, : int(leaf.sum(1).max())]  # leaves first
+    paths = paths[rows, order]  # (batch, leaves, longest)
+    candidates = torch.where(paths >= 0, tokens[rows[:, :, None], paths.clamp(min=0)], -1)
+    if s.sampler.greedy:
+        choice = logits.argmax(-1)  # (batch, 1 + n): the target's token after each fed node
+        after = choice[rows[:, :, None], paths.clamp(min=0) + 1]
+        verdict = verify_greedy(choice[:, 0], after, candidates, s.random, s.active)
+    else:
+        p = s.sampler.probs(logits)
+        verdict = verify_candidates(p[:, 0], p[rows[:, :, None], paths.clamp(min=0) + 1], candidates, s.random,
+                                    s.active)  # fmt: skip
+    path = paths[torch.arange(batch, device=device), verdict.candidate.clamp(min=0)]  # (batch, longest)
+    accepted = torch.arange(longest, device=device) < verdict.accepted[:, None]
+    return verdict, torch.where(accepted & (verdict.candidate >= 0)[:, None], path, -1), features
+
+
+def commit(s: Session, verdict: Verdict, path: Int[Tensor, "batch depth"], n: int) -> list[Step]:
+    """Step 5 for the target: its cache keeps x0 and the accepted nodes, then the tokens are committed."""
+    kept = torch.cat([path.new_zeros(path.shape[0], 1), torch.where(path >= 0, path + 1, -1)], dim=1)
+    s.target.cache.keep(kept)
+    drafted = torch.where(s.active, n, 0)
+    return s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted)
+
+
+def plain_token(s: Session, logits: Float[Tensor, "batch vocab"]) -> Int[Tensor, "batch 1"]:
+    """The first step's token: the target's own (its argmax when greedy), drawn by the shared rule with no
+    candidates, so the random streams are used as every strategy's first step uses them."""
+    none = torch.empty(s.batch, 0, 0, dtype=torch.long, device=s.device)
+    if s.sampler.greedy:
+        return verify_greedy(logits.argmax(-1), none, none, s.random, s.active).tokens
+    p = s.sampler.probs(logits)
+    return verify_candidates(p, p[:, None, None][:, :0, :0], none, s.random, s.active).tokens
+
+
+__all__ = ["Eagle", "HeadRunner", "Tree", "grow_tree", "tree_size", "verify_tree"]

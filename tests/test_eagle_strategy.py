@@ -1,0 +1,149 @@
+"""`Eagle` (`mtdecode.strategies.eagle`): feature-level drafting with a token tree, verified in one forward.
+
+- Greedy parity on tiny float64 models with untrained (random) heads, ragged batches, EOS and budgets: parity must
+  not depend on the head's quality. A random head is rarely right, so the same is checked with a head built to be
+  right most of the time (a target whose next token depends mostly on its current one, and a head that copies the
+  current token's feature): then steps accept deep paths of the tree, and the bookkeeping of both caches along
+  accepted paths is exercised.
+- The sampling law by exact enumeration (`mtdecode.testing.distribution`, chi-square at a false-alarm rate of
+  1e-3): a fixed tree and a tree sized by the cost rule; the same test rejects a wrong tree verifier.
+"""
+
+import functools
+
+import pytest
+import torch
+
+import mtdecode
+from mtdecode import Sampler, verification
+from mtdecode.drafting import DraftCosts
+from mtdecode.strategies import Autoregressive
+from mtdecode.strategies.eagle import Eagle
+from mtdecode.testing import tiny_model
+from mtdecode.testing.distribution import check_distribution
+from mtdecode.zoo.eagle import EagleHead
+
+from test_verification import keep_rejected
+
+#: a made-up forward-cost curve (dips included) so that the tree-size rule repeats on every host
+COSTS = DraftCosts(draft=0.0, target=[1.0, 1.2, 1.05, 1.1, 1.3, 1.35, 1.4, 1.6])
+
+
+def random_head(model, seed: int, tokens=None) -> EagleHead:
+    torch.manual_seed(seed)
+    vocab = model.config.vocab_size
+    tokens = torch.arange(vocab) if tokens is None else tokens
+    head = EagleHead(model.config, model.get_input_embeddings().weight, model.get_output_embeddings().weight, tokens)
+    return head.to(model.dtype).eval()
+
+
+def copying_pair(seed: int = 0, vocab: int = 64):
+    """A target whose layers add little (0.3%) to the residual stream (its next token depends mostly on the current
+    one) and a head that predicts the feature of the token it is fed: norm(e(x)), which the target's own
+    feature nearly is. Most of the head's first guesses, and many deeper ones, are the target's tokens."""
+    model = tiny_model("llama", vocab_size=vocab, seed=seed)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.mul_(0.003)
+            layer.mlp.down_proj.weight.mul_(0.003)
+    head = random_head(model, seed)
+    hidden = model.config.hidden_size
+    with torch.no_grad():
+        head.fuse.weight.zero_()
+        head.fuse.weight[:, hidden:] = torch.eye(hidden, dtype=model.dtype)  # fused = e(x_{t+1})
+        head.fuse.bias.zero_()
+        head.layer.self_attn.o_proj.weight.zero_()  # the layer passes its input through
+        head.layer.mlp.down_proj.weight.zero_()
+        head.norm.weight.copy_(model.model.norm.weight)
+    return model, head
+
+
+PROMPTS = [[1, 2, 3, 4, 5], [7], [9, 10, 11, 12, 13, 14, 15, 16, 17], [3, 3, 3]]
+
+
+def greedy(model, prompts, max_new_tokens, **options):
+    return mtdecode.generate(model, prompts, Autoregressive(), max_new_tokens=max_new_tokens, **options)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("shape", [dict(depth=5, width=4, tree_size=12), dict(depth=3, width=2, tree_size=1),
+                                   dict(depth=1, width=1, tree_size=1), dict(depth=4, width=3, costs=COSTS)])
+def test_random_heads_reproduce_greedy_decoding(seed, shape):
+    model = tiny_model("llama", vocab_size=64, seed=seed)
+    head = random_head(model, seed, tokens=torch.arange(0, 64, 2))  # the head scores half the vocabulary
+    expected = greedy(model, PROMPTS, 24)
+    out = mtdecode.generate(model, PROMPTS, Eagle(head, **shape), max_new_tokens=24)
+    assert out.tokens.tolist() == expected.tokens.tolist()
+
+
+def test_a_good_head_accepts_deep_paths_and_reproduces_greedy_decoding_with_eos():
+    model, head = copying_pair()
+    expected = greedy(model, PROMPTS, 40, eos_token_id=5, pad_token_id=0)
+    for shape in (dict(depth=6, width=3, tree_size=10), dict(depth=6, width=2, costs=COSTS)):
+        out = mtdecode.generate(model, PROMPTS, Eagle(head, **shape), max_new_tokens=40, eos_token_id=5,
+                                pad_token_id=0)  # fmt: skip
+        assert out.tokens.tolist() == expected.tokens.tolist()
+        assert out.stats.new_tokens / out.stats.row_forwards > 2.0, out.stats  # deep paths were accepted
+        assert max(out.stats.accepted_lengths) >= 4
+
+
+def test_one_row_alone_decodes_as_in_a_batch():
+    model, head = copying_pair(seed=3)
+    strategy = Eagle(head, depth=4, width=3, tree_size=8)
+    batch = mtdecode.generate(model, PROMPTS, strategy, max_new_tokens=30)
+    for b, prompt in enumerate(PROMPTS):
+        alone = mtdecode.generate(model, prompt, strategy, max_new_tokens=30)
+        assert alone.row(0) == batch.row(b)
+
+
+def test_bad_settings_and_a_head_for_another_model_are_refused():
+    model = tiny_model("llama", vocab_size=64, seed=0)
+    head = random_head(model, 0)
+    with pytest.raises(ValueError, match="depth"):
+        Eagle(head, depth=0)
+    with pytest.raises(ValueError, match="tree_size"):
+        Eagle(head, depth=2, width=2, tree_size=5)
+    with pytest.raises(TypeError, match="EagleHead"):
+        Eagle(model)
+    other = tiny_model("llama", vocab_size=80, seed=0)
+    with pytest.raises(ValueError, match="trained for the target"):
+        mtdecode.generate(other, [1, 2], Eagle(head), max_new_tokens=3)
+
+
+# ------------------------------------------------------------------ the sampling law
+
+SAMPLES = 20_000
+FALSE_ALARM = 1e-3
+PROMPT = [1, 2, 3, 1]
+
+
+@functools.cache
+def small():
+    model = tiny_model("llama", vocab_size=8, seed=1, layers=1, hidden=16)
+    return model, random_head(model, 4)
+
+
+def check(strategy):
+    model, _ = small()
+    return check_distribution(model, PROMPT, strategy, n=3, sampler=Sampler(temperature=1.0), samples=SAMPLES,
+                              false_alarm=FALSE_ALARM)  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("shape", [dict(depth=2, width=3, tree_size=5), dict(depth=2, width=3, costs=COSTS)])
+def test_sampling_matches_autoregressive(shape):
+    """After the first (plain) step, the second verifies a tree of depth 2 with several children per node: both
+    remaining tokens of the 3-token block come from the tree's verification."""
+    _, head = small()
+    result = check(Eagle(head, **shape))
+    assert result.passed, str(result)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_the_test_rejects_a_wrong_tree_verifier(monkeypatch):
+    monkeypatch.setattr(verification, "try_proposals", keep_rejected)
+    _, head = small()
+    result = check(Eagle(head, depth=2, width=3, tree_size=5))
+    assert not result.passed, f"the keep_rejected mutant went unnoticed: {result}"
