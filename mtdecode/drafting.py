@@ -173,11 +173,15 @@ class DraftLength:
         device = expected.device
         cost = self.step_costs(range(width + 1)).to(device)  # T(0..width)
         beyond = torch.arange(width + 1, device=device) > available.to(device)[:, None]
-        rate = (self.gained / self.spent)[:, None]  # (batch, 1)
+        rate = self.rate()[:, None]  # (batch, 1)
         k = (expected.double() - rate * cost).masked_fill(beyond, -torch.inf).argmax(1)  # the first of equals
         self.probing = (k == 0) & (available.to(device) > 0) & (self.rested >= self.patience)
         self.confidences = []
         return torch.where(self.probing, 1, k)
+
+    def rate(self) -> Float[Tensor, " batch"]:
+        """Each row's tokens per unit of cost over its recorded steps (1 before any)."""
+        return self.gained / self.spent
 
     def step_costs(self, guesses: Sequence[int]) -> Float[Tensor, " steps"]:
         """T(k) for each k in `guesses`, as a float64 tensor (on the CPU)."""
@@ -194,15 +198,18 @@ class DraftLength:
         """The row's acceptance rate so far (one accepted and one rejected guess as a prior)."""
         return (self.hits.sum(1) + 1) / (self.tries.sum(1) + 2)
 
-    def record(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
-        """After verification: guesses 1..accepted were accepted, guess accepted + 1 (if drafted) was not."""
+    def record(
+        self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"], extra_cost: float = 0.0
+    ) -> None:
+        """After verification: guesses 1..accepted were accepted, guess accepted + 1 (if drafted) was not.
+        `extra_cost`: what the step cost besides T(drafted) (a tree's drafting, in `Eagle`), for the row's rate."""
         drew = drafted > 0
         self.patience = torch.where(
             self.probing & drew, torch.where(accepted > 0, PATIENCE, 2 * self.patience), self.patience
         )
         self.rested = torch.where(drew, 0, self.rested + 1)
         self.gained += accepted.double() + 1
-        self.spent += self.step_costs(drafted.tolist()).to(self.spent)
+        self.spent += self.step_costs(drafted.tolist()).to(self.spent) + extra_cost
         if not self.confidences:
             return
         confidence = torch.stack(self.confidences, dim=1)  # (batch, guesses)

@@ -65,9 +65,16 @@ def greedy(model, prompts, max_new_tokens, **options):
     return mtdecode.generate(model, prompts, Autoregressive(), max_new_tokens=max_new_tokens, **options)
 
 
+SHAPES = [
+    dict(depth=5, width=4, tree_size=12),
+    dict(depth=3, width=2, tree_size=1),
+    dict(depth=1, width=1, tree_size=1),
+    dict(depth=4, width=3, costs=COSTS, depth_cost=0.05),  # the rule: tree size and depth from the costs
+]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("shape", [dict(depth=5, width=4, tree_size=12), dict(depth=3, width=2, tree_size=1),
-                                   dict(depth=1, width=1, tree_size=1), dict(depth=4, width=3, costs=COSTS)])
+@pytest.mark.parametrize("shape", SHAPES)
 def test_random_heads_reproduce_greedy_decoding(seed, shape):
     model = tiny_model("llama", vocab_size=64, seed=seed)
     head = random_head(model, seed, tokens=torch.arange(0, 64, 2))  # the head scores half the vocabulary
@@ -79,12 +86,25 @@ def test_random_heads_reproduce_greedy_decoding(seed, shape):
 def test_a_good_head_accepts_deep_paths_and_reproduces_greedy_decoding_with_eos():
     model, head = copying_pair()
     expected = greedy(model, PROMPTS, 40, eos_token_id=5, pad_token_id=0)
-    for shape in (dict(depth=6, width=3, tree_size=10), dict(depth=6, width=2, costs=COSTS)):
+    for shape in (dict(depth=6, width=3, tree_size=10), dict(depth=6, width=2, costs=COSTS, depth_cost=0.05)):
         out = mtdecode.generate(model, PROMPTS, Eagle(head, **shape), max_new_tokens=40, eos_token_id=5,
                                 pad_token_id=0)  # fmt: skip
         assert out.tokens.tolist() == expected.tokens.tolist()
         assert out.stats.new_tokens / out.stats.row_forwards > 2.0, out.stats  # deep paths were accepted
         assert max(out.stats.accepted_lengths) >= 4
+
+
+def test_the_rule_grows_deep_trees_only_where_another_depth_pays():
+    """A depth that costs nothing lets the good head's tree grow to depth 6 and verify paths of 4 or more; one
+    that costs 50 target forwards never pays, so every tree stops at depth 1 (at most W nodes verified)."""
+    model, head = copying_pair()
+    cheap = mtdecode.generate(model, PROMPTS, Eagle(head, depth=6, width=2, costs=COSTS, depth_cost=0.0),
+                              max_new_tokens=30)  # fmt: skip
+    dear = mtdecode.generate(model, PROMPTS, Eagle(head, depth=6, width=2, costs=COSTS, depth_cost=50.0),
+                             max_new_tokens=30)  # fmt: skip
+    assert cheap.tokens.tolist() == dear.tokens.tolist()
+    assert max(cheap.stats.accepted_lengths) >= 4
+    assert max(step.drafted for step in dear.steps) <= 2 and max(dear.stats.accepted_lengths) <= 1
 
 
 def test_one_row_alone_decodes_as_in_a_batch():
@@ -131,7 +151,9 @@ def check(strategy):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
-@pytest.mark.parametrize("shape", [dict(depth=2, width=3, tree_size=5), dict(depth=2, width=3, costs=COSTS)])
+@pytest.mark.parametrize(
+    "shape", [dict(depth=2, width=3, tree_size=5), dict(depth=2, width=3, costs=COSTS, depth_cost=0.0)]
+)
 def test_sampling_matches_autoregressive(shape):
     """After the first (plain) step, the second verifies a tree of depth 2 with several children per node: both
     remaining tokens of the 3-token block come from the tree's verification."""

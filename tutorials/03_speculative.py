@@ -14,10 +14,11 @@
 # 1. derive speculative sampling's rule (accept x with min(1, p(x)/q(x)), else draw from norm(max(0, p - q)));
 # 2. show, by exact enumeration on a tiny vocabulary, that the rule outputs exactly p;
 # 3. break the rule on purpose and watch the oracle (`mtdecode.testing`) catch it;
-# 4. measure, on SmolLM2, how acceptance depends on how well the draft agrees with the target.
+# 4. measure, on SmolLM2, how acceptance depends on how well the draft agrees with the target;
+# 5. see a draft that reads the target's own features (EAGLE) verify a token tree in one forward.
 #
 # **Time:** 40 minutes. **Prerequisites:** notebooks 1 and 2; conditional probability.
-# Runs in about 30 seconds on a 2-core CPU (the last part uses SmolLM2).
+# Runs in about 40 seconds on a 2-core CPU (the last two parts use SmolLM2).
 
 # %%
 import warnings
@@ -146,6 +147,43 @@ ax.set_ylabel("guesses accepted per forward (k = 3)")
 plt.show()
 
 # %% [markdown]
+# ## Drafting from the target's own features: EAGLE (SmolLM2)
+#
+# **These cells use SmolLM2** and the EAGLE head that ships for it. Instead of a separate small model, the draft
+# is one decoder layer that reads the target's top hidden state (its *features*) at each committed position,
+# with the next token's embedding, and guesses the next feature; the target's own output rows turn the guess
+# into a distribution. The head is much smaller than the 4-layer draft, and it drafts a *tree*: the head's best
+# tokens after x0, the best tokens after those, and so on, ranked by the product of its probabilities. The
+# target verifies the whole tree in one forward pass with a tree mask: each node sees the committed tokens, its
+# ancestors and itself.
+
+# %%
+from mtdecode.masks import figures
+from mtdecode.strategies import Eagle
+
+head = mtdecode.load_model("smollm2-135m-eagle")
+count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
+print(
+    f"4-layer draft: {count(shipped.hf) / 1e6:.1f} M parameters; EAGLE head: {count(head) / 1e6:.1f} M "
+    f"(plus the target's embedding and its output rows for {len(head.head_token_ids)} tokens)"
+)
+nodes = ["on", "one", "a", "task", "thing", "single", "at"]  # x0 = "on", then the head's tree below it
+figures.tree_mask([-1, 0, 0, 1, 1, 2, 3], ["<user>", "...", "Focus"], nodes).plot()
+plt.show()
+
+# %% [markdown]
+# Every path from x0 down the tree is a candidate. The verifier is the one-hot multi-candidate rule that
+# lookahead decoding uses (notebook 4): try each proposed token x in turn, accept it with probability p(x),
+# otherwise remove it from p. So Eagle is exact: at temperature 0 its tokens are greedy's.
+
+# %%
+greedy = mtdecode.generate(smol, chat, mtdecode.strategies.Autoregressive(), max_new_tokens=48)
+for name, strategy in (("speculative, 4-layer draft", Speculative(shipped)), ("eagle, tree", Eagle(head))):
+    result = mtdecode.generate(smol, chat, strategy, max_new_tokens=48)
+    same = result.row(0) == greedy.row(0)
+    print(f"{name:28s} tokens per target forward {result.stats.tokens_per_forward:.2f}, same as greedy: {same}")
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. Show with `law_of_one_step` that accepting with probability p(x) instead of min(1, p(x)/q(x)), with
@@ -153,6 +191,9 @@ plt.show()
 # 2. Greedy speculative decoding: with temperature 0, p and q are one-hot. What does the rule become?
 # 3. If the draft agreed with the target with probability a on every guess, independently, how many
 #    tokens would one step of k guesses commit on average? Compare with the measurements above.
+# 4. Eagle's tree is built from the head's top-k tokens: its candidates are not drawn from q. Why may the
+#    verifier still accept each with probability p(x), and what would go wrong if the tree were chosen after
+#    looking at the target's p for this step?
 
 # %% tags=["solution"]
 # 1. Accept with p(x): the accepted part is q(x) p(x); rejection has probability 1 - sum q p.
@@ -163,3 +204,7 @@ print("TV:", float(0.5 * (accept_p - p).abs().sum()))
 for _, agreement, _, per_forward in rows:
     a = agreement
     print(f"a = {a:.2f}: predicted {(1 - a**4) / (1 - a):.2f} tokens per step, measured {per_forward:.2f}")
+# 4. A one-hot proposal is accepted with p(x) and removed from p on rejection; each position then emits x with
+#    probability p(x) whatever the proposals were, as long as they were fixed before the step's draws. The head
+#    reads only committed tokens and the target's features at committed positions, so they are. A tree chosen
+#    after looking at this step's p would favour tokens p likes, and the output would no longer be p.

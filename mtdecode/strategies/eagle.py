@@ -61,6 +61,9 @@ class Eagle:
     - `tree_size`: a fixed number of verified nodes N (at most D x W); None (the default): each step's N
       from the measured forward-cost curve (step 2).
     - `costs`: the target's forward costs for step 2 (None: measured on this host, `mtdecode.tuning`).
+    - `depth_cost`: what growing the tree one more depth costs (a head forward over W nodes, their scores and
+      the choice of children), in units of a 1-token target forward; None: measured on this host
+      (`measure_depth_cost`). Only the rule (`tree_size=None`) weighs it.
     """
 
     head: EagleHead | None = None
@@ -68,6 +71,7 @@ class Eagle:
     width: int = 4
     tree_size: int | None = None
     costs: DraftCosts | None = None
+    depth_cost: float | None = None
     #: output identical to greedy decoding at temperature 0, distributed as p when sampling
     exact: ClassVar[bool] = True
 
@@ -84,6 +88,9 @@ class Eagle:
         if self.tree_size is None:
             costs = self.costs or DraftCosts(0.0, tuning.cost_curve(s.target.model, self.depth * self.width + 1))
             size = DraftLength(costs, s.batch, s.device)
+        depth_cost = self.depth_cost
+        if depth_cost is None:  # only the rule weighs it
+            depth_cost = 0.0 if size is None else measure_depth_cost(s.target.model, head.model, self.width)
         # the first step: a plain forward over the prompts, whose features the head then reads
         logits, features = s.target.extend_features(s.unread(s.target), logits_to_keep=1)
         s.target.cache.commit()
@@ -92,13 +99,14 @@ class Eagle:
         root = read_features(s, head, [features[b, width - n :] for b, n in enumerate(s.prompt_lengths)], None)
         yield steps
         while not s.done:
-            tree = grow_tree(s, head, root, self.depth, self.width)  # step 1
+            tree = grow_tree(s, head, root, self.depth, self.width, size, depth_cost)  # step 1
             n, worth = tree_size(s, tree, self.tree_size, size)  # step 2
             chosen = best_nodes(worth, n)
             verdict, path, features = verify_tree(s, tree, chosen)  # steps 3 and 4
             steps = commit(s, verdict, path, n)  # step 5
             if size is not None:
-                size.record(torch.where(s.active, n, 0), verdict.accepted)
+                grown = int(tree.depth.max())  # head forwards this step: the one reading features, then D - 1
+                size.record(torch.where(s.active, n, 0), verdict.accepted, extra_cost=grown * depth_cost)
                 calibrate(s, size, tree, chosen, path)
             rows = torch.arange(s.batch, device=s.device)[:, None]
             fresh = features[rows, torch.cat([path.new_zeros(path.shape[0], 1), path + 1], dim=1).clamp(min=0)]
@@ -199,6 +207,43 @@ def read_features(
     return torch.where(gained[:, None], predicted[:, -1], root)
 
 
+def measure_depth_cost(target: CausalLM, head: EagleHead, width: int) -> float:
+    """One more depth of the tree (a head forward over `width` nodes after `tuning.CONTEXT` entries, the nodes'
+    scores and the choice of children) against a 1-token target forward after as many tokens, both measured on
+    this host (the fastest of 5 runs each; measured once per head, target and width)."""
+    key = (id(target), id(head), width)
+    if key not in _DEPTH_COSTS:
+        _DEPTH_COSTS[key] = _time_depth(head, width) / tuning.forward_costs(target)[1]
+    return _DEPTH_COSTS[key]
+
+
+_DEPTH_COSTS: dict[tuple[int, int, int], float] = {}
+
+
+def _time_depth(head: EagleHead, width: int, repeats: int = 5) -> float:
+    import time
+
+    runner = HeadRunner(head, 1)
+    context, hidden = tuning.CONTEXT, head.embedding.shape[1]
+    dtype, device = head.fuse.weight.dtype, head.device
+    ids, offsets, sees, pad = runner.after_held(torch.zeros(1, context, dtype=torch.long, device=device))
+    runner.step(torch.zeros(1, context, hidden, dtype=dtype, device=device), ids, offsets, sees, pad=pad)
+    runner.cache.commit()
+    features = torch.zeros(1, width, hidden, dtype=dtype, device=device)
+    tokens = torch.zeros(1, width, dtype=torch.long, device=device)
+    alone = masks.tree([-1] * width, device=device)  # width nodes side by side
+    offsets = torch.zeros(width, dtype=torch.long, device=device)
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            predicted = runner.step(features, tokens, offsets, alone)
+            torch.softmax(head.logits(predicted).double(), dim=-1).flatten(1).topk(width, dim=1)
+            best = min(best, time.perf_counter() - start)
+            runner.cache.crop(runner.cache.lengths)
+    return best
+
+
 # ------------------------------------------------------------------ steps 1 to 5
 
 
@@ -208,7 +253,10 @@ class Tree:
 
     - `tokens`: the node's token; `parent`: its parent's index, -1 at depth 1; `depth`: 1, 2, ...;
     - `confidence`: the head's probability of the node's token after its parent;
-    - `value`: the product of the confidences from the root to the node.
+    - `value`: the product of the confidences from the root to the node;
+    - `chance`: with the tree-size rule, the node's chance of acceptance: the product, from the root, of
+      P(accepted | parent accepted), each calibrated from the confidence by the row's record
+      (`DraftLength.calibrated`); never more than its parent's.
     """
 
     tokens: Int[Tensor, "batch node"]
@@ -216,10 +264,25 @@ class Tree:
     depth: Int[Tensor, "batch node"]
     confidence: Float[Tensor, "batch node"]
     value: Float[Tensor, "batch node"]
+    chance: Float[Tensor, "batch node"] | None = None
 
 
-def grow_tree(s: Session, head: HeadRunner, root: Float[Tensor, "batch hidden"], depth: int, width: int) -> Tree:
-    """Step 1: D depths of W nodes per row, each depth the best W children of the one before by path value."""
+def grow_tree(
+    s: Session,
+    head: HeadRunner,
+    root: Float[Tensor, "batch hidden"],
+    depth: int,
+    width: int,
+    size: DraftLength | None = None,
+    depth_cost: float = 0.0,
+) -> Tree:
+    """Step 1: up to D depths of W nodes per row, each depth the best W children of the one before by path value.
+
+    With the rule (`size`), each node's chance of acceptance is estimated as it is made (`Tree.chance`), and the
+    tree stops growing once no active row's newest depth could pay for another: the children of a depth are
+    together never likelier to be accepted than their parents, so another depth adds at most the newest depth's
+    chances to a step, against `depth_cost` (one more head forward, in units of a 1-token target forward) at the
+    row's rate so far."""
     model = head.model
     batch, device = s.batch, s.device
     rows = torch.arange(batch, device=device)[:, None]
@@ -230,9 +293,13 @@ def grow_tree(s: Session, head: HeadRunner, root: Float[Tensor, "batch hidden"],
     parent = torch.full((batch, width), -1, dtype=torch.long, device=device)
     fed = root[:, None].expand(batch, width, -1)  # the feature each frontier node is fed with
     levels = [(tokens, parent, value, value)]
+    chance = None if size is None else size.calibrated(value)  # (batch, W): P(accepted), depth 1
+    chances = [chance]
     entries = torch.empty(batch, 0, dtype=torch.long, device=device)  # the head's pending entries' parents
     frontier_entry = torch.full((batch, width), -1, dtype=torch.long, device=device)  # parents' entries
     for d in range(2, depth + 1):
+        if chance is not None and not bool((s.active & (chance.sum(1) > size.rate() * depth_cost)).any()):
+            break
         new_entries = entries.shape[1] + torch.arange(width, device=device).expand(batch, -1)
         entries = torch.cat([entries, frontier_entry], dim=1)
         sees = masks.tree(entries)[:, -width:]  # (batch, W, pending + W)
@@ -249,10 +316,14 @@ def grow_tree(s: Session, head: HeadRunner, root: Float[Tensor, "batch hidden"],
         fed = predicted[rows, chosen]
         frontier_entry = new_entries[rows, chosen]
         levels.append((tokens, parent, confidence, value))
+        if chance is not None:  # P(accepted | parent accepted), calibrated, times the parent's chance
+            chance = size.calibrated(confidence) * chance.gather(1, chosen)
+            chances.append(chance)
     head.cache.crop(head.cache.lengths)  # the tree's entries go: the next step feeds the target's real features
-    level_depth = [torch.full((batch, width), d + 1, dtype=torch.long, device=device) for d in range(depth)]
+    level_depth = [torch.full((batch, width), d + 1, dtype=torch.long, device=device) for d in range(len(levels))]
     tokens, parent, confidence, value = (torch.cat(parts, dim=1) for parts in zip(*levels, strict=True))
-    return Tree(tokens, parent, torch.cat(level_depth, dim=1), confidence, value)
+    chance = None if size is None else torch.cat(chances, dim=1)
+    return Tree(tokens, parent, torch.cat(level_depth, dim=1), confidence, value, chance)
 
 
 def tree_size(
@@ -262,24 +333,14 @@ def tree_size(
     row's forward has the same shape), and the worth by which the best are chosen: with the rule, each node's
     chance of acceptance as the row's record calibrates it, else the head's path value."""
     if fixed is not None:
-        return fixed, tree.value
-    chance = accepted_chance(tree, size)
+        return min(fixed, tree.tokens.shape[1]), tree.value
+    chance = tree.chance
     ranked = chance.sort(dim=1, descending=True).values  # (batch, node)
     ones = torch.ones(s.batch, 1, dtype=torch.float64, device=s.device)
     expected = torch.cat([ones, 1 + ranked.cumsum(1)], dim=1)  # E(0..node)
     available = torch.where(s.active, ranked.shape[1], 0)
     n = size.plan_expected(expected, available)
     return (int(n[s.active].max()) if bool(s.active.any()) else 0), chance
-
-
-def accepted_chance(tree: Tree, size: DraftLength) -> Float[Tensor, "batch node"]:
-    """P(node accepted): the product, from the root, of P(accepted | parent accepted), each calibrated from the
-    head's confidence by the row's record (`DraftLength.calibrated`). Never more than the parent's."""
-    chance = size.calibrated(tree.confidence)
-    for node in range(tree.parent.shape[1]):  # parents come first
-        parent = tree.parent[:, node]
-        chance[:, node] *= torch.where(parent >= 0, chance.gather(1, parent.clamp(min=0)[:, None])[:, 0], 1.0)
-    return chance
 
 
 def calibrate(

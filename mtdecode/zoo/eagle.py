@@ -271,6 +271,7 @@ def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: floa
 
     work = Path(work)
     records = load_records(work)
+    held_out = load_records(work, held_out=True)
     target = load_model().hf
     torch.manual_seed(seed)
     head = build_head(target, records)
@@ -301,7 +302,27 @@ def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: floa
                               "token": float(token_loss)}) + "\n")  # fmt: skip
         if (step + 1) % 25 == 0 or step + 1 == steps:
             torch.save({"head": head.state_dict(), "optimiser": optimiser.state_dict(), "step": step + 1}, checkpoint)
+        if (step + 1) % 250 == 0 or step + 1 == steps:
+            log.write(json.dumps({"step": step + 1, "held_out": held_out_scores(head, held_out)}) + "\n")
+            log.flush()
     log.close()
+
+
+def held_out_scores(head: EagleHead, records: list[dict]) -> dict:
+    """On held-out sequences, teacher forced (the target's real features): the mean loss, and how often the head's
+    first guess is the target's next answer token (depth-1 acceptance), one forward per sequence."""
+    losses, hits, count = [], 0, 0
+    with torch.no_grad():
+        for r in records:
+            features, tokens = r["features"][None].float(), r["tokens"][None]
+            losses.append(float(eagle_loss(head, features, tokens)[0]))
+            n = tokens.shape[1]
+            predicted = head(features[:, :-1], tokens[:, 1:], torch.arange(n - 1)[None])  # f'_{t+1}
+            guess = head.head_token_ids[head.logits(predicted[0, :-1]).argmax(-1)]  # x_{t+2}
+            answer = torch.arange(n - 2) + 2 >= r["answer_start"]
+            hits += int(((guess == tokens[0, 2:]) & answer).sum())
+            count += int(answer.sum())
+    return {"loss": round(sum(losses) / len(losses), 4), "first_guess": round(hits / count, 4)}
 
 
 def export(work) -> Path:

@@ -1,0 +1,55 @@
+"""What an EAGLE step costs on this host, and what the shipped head gets right: the three figures that limit
+`Eagle`'s speed.
+
+1. the head's cost per depth of the tree (a head forward over W nodes after 256 entries, their scores over the
+   head's 8,192 tokens and the choice of children), in units of a 1-token SmolLM2 forward, for W = 1, 2, 4, 8;
+2. the target's cost of verifying a tree of N nodes, t(N + 1), from the same measured curve the tuning uses;
+3. on the benchmark suite (greedy, 64 new tokens, the first `--prompts` prompts of each task), per task: tokens
+   per target forward, how deep the accepted paths went, the mean tree size verified and depths grown.
+
+    python benchmarks/eagle_costs.py [--prompts 3] [--depth 5] [--width 4]
+"""
+
+import argparse
+from collections import Counter
+
+import torch
+
+import mtdecode
+from mtdecode import tuning
+from mtdecode.bench import _tokenize, cpu_model, load_suite
+from mtdecode.strategies import Eagle
+from mtdecode.strategies.eagle import measure_depth_cost
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=3)
+    parser.add_argument("--depth", type=int, default=5)
+    parser.add_argument("--width", type=int, default=4)
+    args = parser.parse_args()
+    target, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
+    head = mtdecode.load_model("smollm2-135m-eagle")
+    print(f"host: {cpu_model()}, torch threads: {torch.get_num_threads()}")
+    print("head cost per depth, in 1-token target forwards: " + ", ".join(
+        f"W={w}: {measure_depth_cost(target, head, w):.3f}" for w in (1, 2, 4, 8)))  # fmt: skip
+    curve = tuning.measured_curve(target, 32)
+    print("target forward over n tokens, against 1: " + ", ".join(f"{n}: {curve[n - 1]:.2f}" for n in (2, 4, 8, 16)))
+    strategy = Eagle(head, depth=args.depth, width=args.width)
+    for task, spec in load_suite()["tasks"].items():
+        prompts = [_tokenize(tokenizer, m) for m in spec["prompts"][: args.prompts]]
+        accepted, drafted, forwards, tokens = Counter(), [], 0, 0
+        for prompt in prompts:
+            result = mtdecode.generate(target, prompt, strategy, max_new_tokens=64, eos_token_id=tokenizer.eos_token_id)
+            accepted.update(result.stats.accepted_lengths)
+            drafted += [step.drafted for step in result.steps if step.drafted]
+            forwards += result.stats.target_forwards
+            tokens += result.stats.new_tokens
+        steps = sum(accepted.values())
+        deep = ", ".join(f">={d}: {sum(c for a, c in accepted.items() if a >= d) / steps:.2f}" for d in (1, 2, 3, 4))
+        size = sum(drafted) / max(len(drafted), 1)
+        print(f"{task:8s} tokens per forward {tokens / forwards:.2f}; steps accepting {deep}; mean tree {size:.1f}")
+
+
+if __name__ == "__main__":
+    main()
