@@ -83,6 +83,14 @@ def test_random_heads_reproduce_greedy_decoding(seed, shape):
     assert out.tokens.tolist() == expected.tokens.tolist()
 
 
+def test_a_random_head_reproduces_greedy_decoding_on_another_family():
+    """The head is a Llama layer whatever the target: on a Qwen2 target (attention biases) parity holds too."""
+    model = tiny_model("qwen2", vocab_size=64, seed=5)
+    head = random_head(model, 5)
+    out = mtdecode.generate(model, PROMPTS, Eagle(head, depth=4, width=3, tree_size=8), max_new_tokens=24)
+    assert out.tokens.tolist() == greedy(model, PROMPTS, 24).tokens.tolist()
+
+
 def test_a_good_head_accepts_deep_paths_and_reproduces_greedy_decoding_with_eos():
     model, head = copying_pair()
     expected = greedy(model, PROMPTS, 40, eos_token_id=5, pad_token_id=0)

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import LlamaConfig
+from transformers import LlamaConfig, PretrainedConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from mtdecode.cache import KVCache
@@ -52,7 +52,8 @@ class EagleHead(nn.Module):
 
     **Arguments:**
 
-    - `config`: the target's `LlamaConfig` (hidden size, heads, rotary settings); the head has one layer.
+    - `config`: the target's config (hidden size, heads, rotary settings); the head is one Llama decoder layer
+      with these sizes, whatever the target's family.
     - `embedding`: the target's input embedding `(vocab, hidden)`, frozen and shared.
     - `output`: the target's output layer weight `(vocab, hidden)`, frozen and shared.
     - `head_token_ids`: the tokens the head scores `(head,)`; every other token gets probability 0.
@@ -60,14 +61,15 @@ class EagleHead(nn.Module):
 
     def __init__(
         self,
-        config: LlamaConfig,
+        config: PretrainedConfig,
         embedding: Float[Tensor, "vocab hidden"],
         output: Float[Tensor, "vocab hidden"],
         head_token_ids: Int[Tensor, " head"],
     ) -> None:
         super().__init__()
         hidden = config.hidden_size
-        layer_config = LlamaConfig(**{**config.to_dict(), "num_hidden_layers": 1})
+        settings = {k: v for k, v in config.to_dict().items() if k not in ("layer_types", "model_type", "architectures")}
+        layer_config = LlamaConfig(**{**settings, "num_hidden_layers": 1})
         layer_config._attn_implementation = "sdpa"
         self.fuse = nn.Linear(2 * hidden, hidden, bias=True)  # step 1
         self.layer = LlamaDecoderLayer(layer_config, layer_idx=0)  # step 2
