@@ -68,7 +68,8 @@ class EagleHead(nn.Module):
     ) -> None:
         super().__init__()
         hidden = config.hidden_size
-        settings = {k: v for k, v in config.to_dict().items() if k not in ("layer_types", "model_type", "architectures")}
+        family = ("layer_types", "model_type", "architectures")  # the target's; the head is one Llama layer
+        settings = {k: v for k, v in config.to_dict().items() if k not in family}
         layer_config = LlamaConfig(**{**settings, "num_hidden_layers": 1})
         layer_config._attn_implementation = "sdpa"
         self.fuse = nn.Linear(2 * hidden, hidden, bias=True)  # step 1
