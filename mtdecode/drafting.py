@@ -199,7 +199,10 @@ class DraftLength:
         return (self.hits.sum(1) + 1) / (self.tries.sum(1) + 2)
 
     def record(
-        self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"], extra_cost: float = 0.0
+        self,
+        drafted: Int[Tensor, " batch"],
+        accepted: Int[Tensor, " batch"],
+        extra_cost: float | Float[Tensor, " batch"] = 0.0,
     ) -> None:
         """After verification: guesses 1..accepted were accepted, guess accepted + 1 (if drafted) was not.
         `extra_cost`: what the step cost besides T(drafted) (a tree's drafting, in `Eagle`), for the row's rate."""

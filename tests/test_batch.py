@@ -1,7 +1,8 @@
 """Batched decoding: every row of a batch is decoded exactly as its prompt alone.
 
 - Row parity (float64, tiny Llama, Qwen2 and Mistral models): every row of a batched greedy run
-  equals greedy decoding of the same prompt alone, for every exact strategy; MTAD's rows equal
+  equals greedy decoding of the same prompt alone, for every exact strategy (EAGLE with a random head, whose
+  rows verify trees of different sizes in one forward); MTAD's rows equal
   MTAD alone. Hypothesis draws the batches: prompts of different lengths, EOS in some rows,
   budgets, batch sizes 1, 2, 3 and 17.
 - Rows never influence each other: sampled row b of a batch seeded s equals its prompt alone
@@ -20,11 +21,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtdecode import Sampler, generate
-from mtdecode.strategies import MTAD, Autoregressive, Jacobi, Lookahead, PromptLookup, Speculative
+from mtdecode.drafting import DraftCosts
+from mtdecode.strategies import MTAD, Autoregressive, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.distribution import block_cells, exact_joint
 from mtdecode.testing.models import perturbed
 from mtdecode.testing.stats import chi_square_test
+from mtdecode.zoo.eagle import EagleHead
 
 VOCAB = 16  # small, so that greedy text repeats and guesses are accepted
 FAMILIES = ["llama", "qwen2", "mistral"]
@@ -49,7 +52,18 @@ STRATEGIES = {
     "prompt_lookup": lambda f: PromptLookup(2, 5),
     "lookahead": lambda f: Lookahead(3, 3, 3, prompt_pool=True),
     "mtad": lambda f: MTAD(draft(f), 3, 2, 0.5),
+    # a random head, its tree sized by the rule from a made-up cost curve: rows verify trees of different sizes
+    "eagle": lambda f: Eagle(head(f), depth=3, width=3, costs=EAGLE_COSTS, depth_cost=0.05),
 }
+EAGLE_COSTS = DraftCosts(draft=0.0, target=[1.0, 1.2, 1.05, 1.1, 1.3, 1.35])
+
+
+@functools.cache
+def head(family: str) -> EagleHead:
+    model = target(family)
+    torch.manual_seed(2)
+    weights = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    return EagleHead(model.config, *weights, torch.arange(VOCAB)).to(model.dtype).eval()
 
 
 @st.composite

@@ -101,13 +101,12 @@ class Eagle:
         while not s.done:
             tree = grow_tree(s, head, root, self.depth, self.width, size, depth_cost)  # step 1
             n, worth = tree_size(s, tree, self.tree_size, size)  # step 2
-            chosen = best_nodes(worth, n)
-            verdict, path, features = verify_tree(s, tree, chosen)  # steps 3 and 4
+            chosen, rank = best_nodes(worth, int(n.max()))  # the widest row's; row b verifies its best n[b]
+            verdict, path, features = verify_tree(s, tree, chosen, rank < n[:, None])  # steps 3 and 4
             steps = commit(s, verdict, path, n)  # step 5
-            if size is not None:
-                grown = int(tree.depth.max())  # head forwards this step: the one reading features, then D - 1
-                size.record(torch.where(s.active, n, 0), verdict.accepted, extra_cost=grown * depth_cost)
-                calibrate(s, size, tree, chosen, path)
+            if size is not None:  # the row's head forwards: the one that read its features, then one per depth
+                size.record(n, verdict.accepted, extra_cost=tree.limit.double() * depth_cost)
+                calibrate(s, size, tree, chosen, rank < n[:, None], path)
             rows = torch.arange(s.batch, device=s.device)[:, None]
             fresh = features[rows, torch.cat([path.new_zeros(path.shape[0], 1), path + 1], dim=1).clamp(min=0)]
             root = read_features(s, head, [fresh[b, : int(a) + 1] for b, a in enumerate(verdict.accepted)], root)
@@ -254,6 +253,7 @@ class Tree:
     - `tokens`: the node's token; `parent`: its parent's index, -1 at depth 1; `depth`: 1, 2, ...;
     - `confidence`: the head's probability of the node's token after its parent;
     - `value`: the product of the confidences from the root to the node;
+    - `limit`: per row, the deepest depth it may use (the tree-size rule stops a row where growing cannot pay);
     - `chance`: with the tree-size rule, the node's chance of acceptance: the product, from the root, of
       P(accepted | parent accepted), each calibrated from the confidence by the row's record
       (`DraftLength.calibrated`); never more than its parent's.
@@ -264,6 +264,7 @@ class Tree:
     depth: Int[Tensor, "batch node"]
     confidence: Float[Tensor, "batch node"]
     value: Float[Tensor, "batch node"]
+    limit: Int[Tensor, " batch"]
     chance: Float[Tensor, "batch node"] | None = None
 
 
@@ -278,11 +279,12 @@ def grow_tree(
 ) -> Tree:
     """Step 1: up to D depths of W nodes per row, each depth the best W children of the one before by path value.
 
-    With the rule (`size`), each node's chance of acceptance is estimated as it is made (`Tree.chance`), and the
-    tree stops growing once no active row's newest depth could pay for another: the children of a depth are
-    together never likelier to be accepted than their parents, so another depth adds at most the newest depth's
-    chances to a step, against `depth_cost` (one more head forward, in units of a 1-token target forward) at the
-    row's rate so far."""
+    With the rule (`size`), each node's chance of acceptance is estimated as it is made (`Tree.chance`), and a
+    row's tree stops growing once its newest depth cannot pay for another (`Tree.limit`): the children of a depth
+    are together never likelier to be accepted than their parents, so another depth adds at most the newest
+    depth's chances to a step, against `depth_cost` (one more head forward, in units of a 1-token target forward)
+    at the row's rate so far. The head keeps growing while any row does; a row that stopped ignores the rest, so
+    it drafts what it would alone."""
     model = head.model
     batch, device = s.batch, s.device
     rows = torch.arange(batch, device=device)[:, None]
@@ -295,11 +297,15 @@ def grow_tree(
     levels = [(tokens, parent, value, value)]
     chance = None if size is None else size.calibrated(value)  # (batch, W): P(accepted), depth 1
     chances = [chance]
+    limit = torch.full((batch,), depth, dtype=torch.long, device=device)  # each row's last useful depth
     entries = torch.empty(batch, 0, dtype=torch.long, device=device)  # the head's pending entries' parents
     frontier_entry = torch.full((batch, width), -1, dtype=torch.long, device=device)  # parents' entries
     for d in range(2, depth + 1):
-        if chance is not None and not bool((s.active & (chance.sum(1) > size.rate() * depth_cost)).any()):
-            break
+        if chance is not None:
+            pays = s.active & (chance.sum(1) > size.rate() * depth_cost)
+            limit = torch.where((limit == depth) & ~pays, d - 1, limit)
+            if not bool((limit == depth).any()):
+                break
         new_entries = entries.shape[1] + torch.arange(width, device=device).expand(batch, -1)
         entries = torch.cat([entries, frontier_entry], dim=1)
         sees = masks.tree(entries)[:, -width:]  # (batch, W, pending + W)
@@ -323,28 +329,33 @@ def grow_tree(
     level_depth = [torch.full((batch, width), d + 1, dtype=torch.long, device=device) for d in range(len(levels))]
     tokens, parent, confidence, value = (torch.cat(parts, dim=1) for parts in zip(*levels, strict=True))
     chance = None if size is None else torch.cat(chances, dim=1)
-    return Tree(tokens, parent, torch.cat(level_depth, dim=1), confidence, value, chance)
+    return Tree(tokens, parent, torch.cat(level_depth, dim=1), confidence, value, limit, chance)
 
 
 def tree_size(
     s: Session, tree: Tree, fixed: int | None, size: DraftLength | None
-) -> tuple[int, Float[Tensor, "batch node"]]:
-    """Step 2: how many nodes every row verifies (one N for the batch: the most any active row wants, so every
-    row's forward has the same shape), and the worth by which the best are chosen: with the rule, each node's
-    chance of acceptance as the row's record calibrates it, else the head's path value."""
+) -> tuple[Int[Tensor, " batch"], Float[Tensor, "batch node"]]:
+    """Step 2: how many nodes each row verifies (0 for a finished row), and the worth by which its best are
+    chosen: with the rule, each node's chance of acceptance as the row's record calibrates it (-1 below the row's
+    depth limit), else the head's path value."""
     if fixed is not None:
-        return min(fixed, tree.tokens.shape[1]), tree.value
-    chance = tree.chance
-    ranked = chance.sort(dim=1, descending=True).values  # (batch, node)
+        return torch.where(s.active, min(fixed, tree.tokens.shape[1]), 0), tree.value
+    usable = tree.depth <= tree.limit[:, None]
+    worth = torch.where(usable, tree.chance, -1.0)
+    ranked = worth.sort(dim=1, descending=True).values.clamp(min=0)  # (batch, node)
     ones = torch.ones(s.batch, 1, dtype=torch.float64, device=s.device)
     expected = torch.cat([ones, 1 + ranked.cumsum(1)], dim=1)  # E(0..node)
-    available = torch.where(s.active, ranked.shape[1], 0)
-    n = size.plan_expected(expected, available)
-    return (int(n[s.active].max()) if bool(s.active.any()) else 0), chance
+    n = size.plan_expected(expected, torch.where(s.active, usable.sum(1), 0))
+    return torch.where(s.active, n, 0), worth
 
 
 def calibrate(
-    s: Session, size: DraftLength, tree: Tree, chosen: Int[Tensor, "batch n"], path: Int[Tensor, "batch depth"]
+    s: Session,
+    size: DraftLength,
+    tree: Tree,
+    chosen: Int[Tensor, "batch n"],
+    valid: Bool[Tensor, "batch n"],
+    path: Int[Tensor, "batch depth"],
 ) -> None:
     """After step 4: every verified node whose parent was accepted (or that hangs off x0) was tried at its
     confidence; it was a hit if it was accepted. The row's calibration learns from both (a head's probabilities
@@ -358,21 +369,23 @@ def calibrate(
     parent = tree.parent.gather(1, chosen)  # node indices
     slot = torch.searchsorted(chosen, parent.clamp(min=0))  # the parent's place among the chosen (parents first)
     parent_hit = torch.where(parent >= 0, hit.gather(1, slot + 1), True)
-    tried = parent_hit & s.active[:, None]
+    tried = parent_hit & valid & s.active[:, None]
     size.calibrate(tree.confidence.gather(1, chosen), tried, hit[:, 1 : n + 1])
 
 
-def best_nodes(worth: Float[Tensor, "batch node"], n: int) -> Int[Tensor, "batch n"]:
-    """Each row's `n` worthiest nodes, in the order they were made (parents first); ties go to the earlier node,
-    so a child (never worth more than its parent) never comes in without its parent."""
-    return worth.argsort(dim=1, descending=True, stable=True)[:, :n].sort(dim=1).values
+def best_nodes(worth: Float[Tensor, "batch node"], n: int) -> tuple[Int[Tensor, "batch n"], Int[Tensor, "batch n"]]:
+    """Each row's `n` worthiest nodes, in the order they were made (parents first), and each one's rank by worth;
+    ties go to the earlier node, so a child (never worth more than its parent) never comes in without its parent,
+    and a row's best k < n are the chosen nodes of rank below k."""
+    return worth.argsort(dim=1, descending=True, stable=True)[:, :n].sort(dim=1)
 
 
 def verify_tree(
-    s: Session, tree: Tree, chosen: Int[Tensor, "batch n"]
+    s: Session, tree: Tree, chosen: Int[Tensor, "batch n"], valid: Bool[Tensor, "batch n"]
 ) -> tuple[Verdict, Int[Tensor, "batch depth"], Float[Tensor, "batch fed hidden"]]:
-    """Steps 3 and 4: one target forward over x0 and each row's best `n` nodes; the multi-candidate rule over
-    their root-to-leaf paths.
+    """Steps 3 and 4: one target forward over x0 and the `chosen` nodes; the multi-candidate rule over the
+    root-to-leaf paths of each row's `valid` ones (the others only pad a row's forward to the batch's shape: no
+    valid node sees them, and none is a candidate).
 
     **Returns:** the verdict, the accepted path as indices among the fed nodes (-1 past the accepted ones), and
     the target's features at x0 and every fed node."""
@@ -394,7 +407,8 @@ def verify_tree(
     # step 4: each leaf's path, root first, as kept-node indices (-1 pads)
     depth = tree.depth.gather(1, chosen)
     longest = int(depth.max())
-    leaf = ~(parent[:, :, None] == torch.arange(n, device=device)).any(1)  # (batch, n): no kept child
+    child = (parent[:, :, None] == torch.arange(n, device=device)) & valid[:, :, None]  # (batch, child, node)
+    leaf = valid & ~child.any(1)  # (batch, n): no valid child
     paths = torch.full((batch, n, longest + 1), -1, dtype=torch.long, device=device)  # a spare last column
     node = torch.arange(n, device=device).expand(batch, -1)
     level = depth.clone()
@@ -404,8 +418,9 @@ def verify_tree(
         node = torch.where(live, parent.gather(1, node.clamp(min=0)), -1)
         level = level - 1
     paths = paths[:, :, :longest]
-    order = (~leaf).long().argsort(dim=1, stable=True)[:, : int(leaf.sum(1).max())]  # leaves first
-    paths = paths[rows, order]  # (batch, leaves, longest)
+    rank = torch.where(leaf, 0, torch.where(valid, 1, 2))  # leaves first, then the valid nodes as fillers
+    order = rank.argsort(dim=1, stable=True)[:, : int(leaf.sum(1).max())]
+    paths = torch.where(valid.gather(1, order)[:, :, None], paths[rows, order], -1)  # (batch, leaves, longest)
     candidates = torch.where(paths >= 0, tokens[rows[:, :, None], paths.clamp(min=0)], -1)
     if s.sampler.greedy:
         choice = logits.argmax(-1)  # (batch, 1 + n): the target's token after each fed node
@@ -420,12 +435,11 @@ def verify_tree(
     return verdict, torch.where(accepted & (verdict.candidate >= 0)[:, None], path, -1), features
 
 
-def commit(s: Session, verdict: Verdict, path: Int[Tensor, "batch depth"], n: int) -> list[Step]:
+def commit(s: Session, verdict: Verdict, path: Int[Tensor, "batch depth"], n: Int[Tensor, " batch"]) -> list[Step]:
     """Step 5 for the target: its cache keeps x0 and the accepted nodes, then the tokens are committed."""
     kept = torch.cat([path.new_zeros(path.shape[0], 1), torch.where(path >= 0, path + 1, -1)], dim=1)
     s.target.cache.keep(kept)
-    drafted = torch.where(s.active, n, 0)
-    return s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted)
+    return s.commit(verdict.tokens, verdict.accepted + 1, drafted=n, accepted=verdict.accepted)
 
 
 def plain_token(s: Session, logits: Float[Tensor, "batch vocab"]) -> Int[Tensor, "batch 1"]:
