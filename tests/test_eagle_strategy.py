@@ -99,11 +99,12 @@ def test_a_good_head_accepts_deep_paths_and_reproduces_greedy_decoding_with_eos(
                                 pad_token_id=0)  # fmt: skip
         assert out.tokens.tolist() == expected.tokens.tolist()
         assert out.stats.new_tokens / out.stats.row_forwards > 2.0, out.stats  # deep paths were accepted
-        assert max(out.stats.accepted_lengths) >= 4
+        # the rule verifies fewer nodes until its record learns that this head is better than its confidences
+        assert max(out.stats.accepted_lengths) >= (4 if "tree_size" in shape else 3)
 
 
 def test_the_rule_grows_deep_trees_only_where_another_depth_pays():
-    """A depth that costs nothing lets the good head's tree grow to depth 6 and verify paths of 4 or more; one
+    """A depth that costs nothing lets the good head's tree grow to depth 6 and verify paths of 3 or more; one
     that costs 50 target forwards never pays, so every tree stops at depth 1 (at most W nodes verified)."""
     model, head = copying_pair()
     cheap = mtdecode.generate(model, PROMPTS, Eagle(head, depth=6, width=2, costs=COSTS, depth_cost=0.0),
@@ -111,7 +112,7 @@ def test_the_rule_grows_deep_trees_only_where_another_depth_pays():
     dear = mtdecode.generate(model, PROMPTS, Eagle(head, depth=6, width=2, costs=COSTS, depth_cost=50.0),
                              max_new_tokens=30)  # fmt: skip
     assert cheap.tokens.tolist() == dear.tokens.tolist()
-    assert max(cheap.stats.accepted_lengths) >= 4
+    assert max(cheap.stats.accepted_lengths) >= 3
     assert max(step.drafted for step in dear.steps) <= 2 and max(dear.stats.accepted_lengths) <= 1
 
 
