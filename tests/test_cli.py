@@ -168,6 +168,7 @@ BAD = [
     (["generate", "--strategy", "speculative", "--prompt", "x", "--model", "TARGET"], "needs a draft model"),
     (["generate", "--strategy", "mtad", "--prompt", "x", "--model", "TARGET"], "needs a draft model"),
     (["generate", "--strategy", "jacobi", "--prompt", "x", "--draft", "DRAFT"], "takes no draft model"),
+    (["generate", "--strategy", "eagle", "--prompt", "x", "--model", "TARGET"], "pass head= a head trained for it"),
     (["generate", "--strategy", "mtad", "--prompt", "x", "--model", "TARGET", "--draft", "ODD"], "vocabulary (264"),
     (["bench", "--model", "TARGET", "--draft", "ODD", "--strategies", "speculative"], "vocabulary (264"),
     (["generate", "--strategy", "jacobi", "--prompt", "x", "--model", "/nowhere/model"], "no model '/nowhere/model'"),

@@ -156,3 +156,20 @@ def test_packed_weight_follows_in_place_changes():
         layer.weight.mul_(2)
         assert packed(layer.weight) is not first
         torch.testing.assert_close(fast_matmul(x, layer.weight), x @ layer.weight.T)
+
+
+def test_the_eagle_heads_prompts_are_not_the_benchmarks_and_held_out_ones_are_new():
+    """The EAGLE recipe's chat, code and math prompts share no prompt, and no code snippet, with the benchmark
+    suite; its held-out prompts share none with its training prompts. (Its summaries' passages are the target's
+    own chat answers, which the benchmark's hand-written passages are not.)"""
+    from mtdecode.bench import load_suite
+    from mtdecode.zoo import prompts
+
+    bench = [m["content"] for task in load_suite()["tasks"].values() for chat in task["prompts"] for m in chat]
+    training = prompts.training_prompts() + prompts.code_prompts() + prompts.math_prompts(192)
+    held_out = prompts.held_out_prompts() + prompts.code_prompts(held_out=True) + prompts.math_prompts(16, True)
+    assert not set(training) & set(bench) and not set(held_out) & set(bench)
+    assert not set(training) & set(held_out)
+    snippets = prompts.CODE_SNIPPETS + prompts.HELD_OUT_CODE_SNIPPETS
+    assert not any(snippet.splitlines()[0] in text for snippet in snippets for text in bench)
+    assert not set(prompts.CODE_SNIPPETS) & set(prompts.HELD_OUT_CODE_SNIPPETS)

@@ -1,4 +1,4 @@
-"""A feature-level draft head (EAGLE-1 style, Li et al. 2024) for a Llama-family target: the first pieces.
+"""A feature-level draft head (EAGLE-1 style, Li et al. 2024) for a Llama-family target, and its training recipe.
 
 EAGLE drafts in the target's feature space instead of with a separate small model. The
 feature f_t is the target's top hidden state at position t (what its output layer reads;
@@ -15,21 +15,27 @@ output layer turns the predicted feature into a distribution for x_{t+2}:
 
 Training (`eagle_loss`) follows the paper: SmoothL1 between f'_{t+1} and the target's
 f_{t+1}, plus 0.1 times the cross-entropy of the head's distribution against the target's own
-next-token distribution (renormalised over the head's tokens).
+next-token distribution (renormalised over the head's tokens). `mtdecode.strategies.Eagle`
+drafts token trees with it.
 
-What exists so far: the head and its loss, tested on tiny models (`tests/test_eagle.py`: the
-loss falls), and a pilot recipe for SmolLM2 (below). A pilot run on a 2-core AMD EPYC host,
-192 chat prompts answered greedily (96 new tokens at most, 2 min 39 s), 600 training steps of
-8 answers (3 min 4 s; loss 1.34 -> 0.44, token cross-entropy 5.41 -> 1.60 and still falling),
-printed on 2,043 held-out answer positions (chat topics not in training): the head's first
-token equals the target's 44.0% of the time, its first two 18.7%, its first three 7.6%; a
-chain of 3 would give 1.70 tokens per forward. The command:
+**Why EAGLE-1's single top-layer feature, not EAGLE-3's fused low/mid/high features with
+training-time test.** Training-time test fights errors that compound with draft depth. In the
+pilot (192 chat prompts, 600 steps) the head's chance of being right at depth d given depths
+1..d-1 were right stayed flat: 44.0%, then 18.7/44.0 = 42.5%, then 7.6/18.7 = 40.6%. So the
+limit was the first guess, not compounding. Fused features need three hidden states from every
+verifying forward and a 3H -> H fuse. That costs more per step, on a target whose whole
+forward is only 30 layers of width 576. The pilot did not measure EAGLE-3, so this choice
+rests on that argument and not on a side-by-side run.
 
-    python -m mtdecode.zoo.eagle all --work build/eagle --prompts 192 --steps 600
+The recipe, resumable at every stage:
 
-Still open (issue 17): prompts of the four task kinds, longer training, the strategy that
-drafts a token tree with the head and verifies it in one forward, batching, the head's own
-KV cache, the shipped head, its tests and docs.
+    python -m mtdecode.zoo.eagle data     --work WORK   # the target's greedy answers, with its features
+    python -m mtdecode.zoo.eagle train    --work WORK   # AdamW; checkpoints, resumed from
+    python -m mtdecode.zoo.eagle export   --work WORK   # into the package, float16
+    python -m mtdecode.zoo.eagle evaluate --work WORK   # held-out acceptance by depth and task
+    python -m mtdecode.zoo.eagle all      --work WORK --steps 6000
+
+MEASURED_RECIPE_DOC
 """
 
 from pathlib import Path
@@ -158,13 +164,9 @@ def eagle_loss(
     return feature_loss + TOKEN_LOSS_WEIGHT * token_loss, feature_loss, token_loss
 
 
-# ------------------------------------------------------------------ the recipe (a pilot so far)
+# ------------------------------------------------------------------ the recipe
 #
-#     python -m mtdecode.zoo.eagle data     --work WORK   # the target's own greedy answers, with its features
-#     python -m mtdecode.zoo.eagle train    --work WORK   # the head learns them (resumes from its checkpoint)
-#     python -m mtdecode.zoo.eagle evaluate --work WORK   # acceptance by draft depth on held-out answers
-#
-# Prompts: `mtdecode.zoo.prompts` (chat only so far; the benchmark's prompts are not among them).
+# Prompts: `mtdecode.zoo.prompts`, four task kinds; none of the benchmark's prompts is among them.
 
 HEAD_TOKENS = 8192  # the head scores this many of the most frequent tokens of the data
 
@@ -402,7 +404,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Train an EAGLE-style draft head for SmolLM2-135M-Instruct.")
     parser.add_argument("stage", choices=["data", "train", "export", "evaluate", "all"])
     parser.add_argument("--work", type=Path, default=Path("build/eagle"), help="data and checkpoints go here")
-    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--steps", type=int, default=6000)
     args = parser.parse_args(argv)
     if args.stage in ("data", "all"):
         for kind, (count, held_out_count) in TASK_PROMPTS.items():  # chat first: summaries read its answers
