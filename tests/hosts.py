@@ -38,6 +38,7 @@ TESTS = [
     "tests/test_speculative.py",
     "tests/test_lookahead.py",  # one forward against each branch; random starting guesses
     "tests/test_mtad.py",  # likelihood ratios recomputed with another batch shape
+    "tests/test_eagle_strategy.py",  # greedy parity through trees; seeded statistical tests
     "tests/test_batch.py",  # rows of a batch against the same prompts alone
     "tests/test_verification.py",  # seeded statistical tests
     "tests/test_sampling.py",
