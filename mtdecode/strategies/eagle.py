@@ -43,7 +43,7 @@ from mtdecode.drafting import DraftCosts, DraftLength, check_counts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.session import Session, Step
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
-from mtdecode.verification import Verdict, verify_candidates, verify_greedy
+from mtdecode.verification import Verdict, verify_logits
 from mtdecode.zoo.eagle import EagleHead
 
 
@@ -422,14 +422,8 @@ def verify_tree(
     order = rank.argsort(dim=1, stable=True)[:, : int(leaf.sum(1).max())]
     paths = torch.where(valid.gather(1, order)[:, :, None], paths[rows, order], -1)  # (batch, leaves, longest)
     candidates = torch.where(paths >= 0, tokens[rows[:, :, None], paths.clamp(min=0)], -1)
-    if s.sampler.greedy:
-        choice = logits.argmax(-1)  # (batch, 1 + n): the target's token after each fed node
-        after = choice[rows[:, :, None], paths.clamp(min=0) + 1]
-        verdict = verify_greedy(choice[:, 0], after, candidates, s.random, s.active)
-    else:
-        p = s.sampler.probs(logits)
-        verdict = verify_candidates(p[:, 0], p[rows[:, :, None], paths.clamp(min=0) + 1], candidates, s.random,
-                                    s.active)  # fmt: skip
+    after = logits[rows[:, :, None], paths.clamp(min=0) + 1]  # (batch, leaves, longest, vocab): after each node
+    verdict = verify_logits(s.sampler, logits[:, 0], after, candidates, s.random, s.active)
     path = paths[torch.arange(batch, device=device), verdict.candidate.clamp(min=0)]  # (batch, longest)
     accepted = torch.arange(longest, device=device) < verdict.accepted[:, None]
     return verdict, torch.where(accepted & (verdict.candidate >= 0)[:, None], path, -1), features
@@ -446,10 +440,7 @@ def plain_token(s: Session, logits: Float[Tensor, "batch vocab"]) -> Int[Tensor,
     """The first step's token: the target's own (its argmax when greedy), drawn by the shared rule with no
     candidates, so the random streams are used as every strategy's first step uses them."""
     none = torch.empty(s.batch, 0, 0, dtype=torch.long, device=s.device)
-    if s.sampler.greedy:
-        return verify_greedy(logits.argmax(-1), none, none, s.random, s.active).tokens
-    p = s.sampler.probs(logits)
-    return verify_candidates(p, p[:, None, None][:, :0, :0], none, s.random, s.active).tokens
+    return verify_logits(s.sampler, logits, logits[:, None, None, :][:, :0, :0], none, s.random, s.active).tokens
 
 
 __all__ = ["Eagle", "HeadRunner", "Tree", "grow_tree", "tree_size", "verify_tree"]

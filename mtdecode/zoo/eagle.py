@@ -100,18 +100,11 @@ class EagleHead(nn.Module):
         next_tokens: Int[Tensor, "batch seq"],
         positions: Int[Tensor, "batch seq"],
     ) -> Float[Tensor, "batch seq hidden"]:
-        """Steps 1-3 over a whole sequence at once (training and the first draft step): f'_{t+1} for every t, each
-        seeing the positions up to its own."""
-        fused = self.fuse(torch.cat([features, self.embedding[next_tokens]], dim=-1))  # (batch, seq, hidden)
-        seq = fused.shape[1]
-        causal = torch.ones(seq, seq, dtype=torch.bool, device=fused.device).tril()
-        mask = torch.zeros(seq, seq, dtype=fused.dtype, device=fused.device).masked_fill(
-            ~causal, torch.finfo(fused.dtype).min
-        )[None, None]  # (1, 1, seq, seq), additive
-        cos_sin = self.rotary(fused, positions)
-        out = self.layer(fused, attention_mask=mask, position_ids=positions, position_embeddings=cos_sin)
-        out = out[0] if isinstance(out, tuple) else out
-        return self.norm(out)
+        """Steps 1-3 over a whole sequence at once (training): f'_{t+1} for every t, each seeing the positions up
+        to its own."""
+        seq = features.shape[1]
+        causal = torch.ones(seq, seq, dtype=torch.bool, device=features.device).tril()[None, None]
+        return self._predict(features, next_tokens, positions, causal, None)
 
     def step(
         self,
@@ -126,18 +119,22 @@ class EagleHead(nn.Module):
         """Steps 1-3 for new entries on top of the head's own KV cache (decoding): each (f_t, x_{t+1}) at position
         t, seeing what `mask` allows (the cached columns, then the new ones). The new entries become pending in
         `cache`, as a model's do in `mtdecode.CausalLM.forward`."""
-        features = features.to(self.fuse.weight.dtype)
+        with torch.no_grad():
+            predicted = self._predict(features.to(self.fuse.weight.dtype), next_tokens, positions, mask, cache.hf_cache)
+        cache.record(positions, valid)
+        return predicted
+
+    def _predict(self, features, next_tokens, positions, mask: Bool[Tensor, "batch 1 query key"], past):
+        """Steps 1-3: fuse, the decoder layer (with its cache `past`, or none), norm."""
         fused = self.fuse(torch.cat([features, self.embedding[next_tokens]], dim=-1))  # (batch, new, hidden)
         additive = torch.zeros(mask.shape, dtype=fused.dtype, device=fused.device).masked_fill_(
             ~mask, torch.finfo(fused.dtype).min
         )
         cos_sin = self.rotary(fused, positions)
-        with torch.no_grad():
-            out = self.layer(
-                fused, attention_mask=additive, position_ids=positions, past_key_values=cache.hf_cache,
-                use_cache=True, position_embeddings=cos_sin,
-            )  # fmt: skip
-        cache.record(positions, valid)
+        out = self.layer(
+            fused, attention_mask=additive, position_ids=positions, past_key_values=past,
+            use_cache=past is not None, position_embeddings=cos_sin,
+        )  # fmt: skip
         out = out[0] if isinstance(out, tuple) else out
         return self.norm(out)
 
