@@ -21,7 +21,9 @@ from mtdecode.strategies import Autoregressive
 from mtdecode.strategies.eagle import Eagle
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import check_distribution
-from mtdecode.zoo.eagle import EagleHead
+from mtdecode.zoo import int8
+from mtdecode.zoo.eagle import EagleHead, quantize_head
+from mtdecode.zoo.int8 import exact_int_mm
 
 from test_verification import keep_rejected
 
@@ -123,6 +125,32 @@ def test_one_row_alone_decodes_as_in_a_batch():
     for b, prompt in enumerate(PROMPTS):
         alone = mtdecode.generate(model, prompt, strategy, max_new_tokens=30)
         assert alone.row(0) == batch.row(b)
+
+
+@pytest.mark.skipif(not exact_int_mm(), reason="int8 heads need exact int8 products (a CPU with VNNI)")
+def test_an_int8_head_drafts_for_a_float64_target_and_changes_no_output():
+    """`quantize_head` turns the head's linear layers and scores to int8: its guesses are still mostly right
+    (deep paths accepted) and a row decodes as it does alone; the output is the target's greedy output, since the
+    target checks every token."""
+    model, head = copying_pair(seed=3)
+    head = quantize_head(head.float())
+    assert head.scorer is not None and head.dtype == torch.float32
+    strategy = Eagle(head, depth=6, width=2, costs=COSTS, depth_cost=0.05)
+    out = mtdecode.generate(model, PROMPTS, strategy, max_new_tokens=30)
+    assert out.tokens.tolist() == greedy(model, PROMPTS, 30).tokens.tolist()
+    assert out.stats.new_tokens / out.stats.row_forwards > 2.0, out.stats
+    alone = mtdecode.generate(model, PROMPTS[2], strategy, max_new_tokens=30)
+    steps = [(step.drafted, step.accepted) for step in out.steps if step.row == 2]
+    assert [(step.drafted, step.accepted) for step in alone.steps] == steps  # the same trees, the same verdicts
+
+
+def test_an_int8_head_is_refused_where_it_cannot_be_made(monkeypatch):
+    model, head = copying_pair(seed=3)
+    with pytest.raises(ValueError, match="CPU and float32"):
+        quantize_head(head)  # float64
+    monkeypatch.setattr(int8, "exact_int_mm", lambda: False)
+    with pytest.raises(RuntimeError, match="exact int8 products"):
+        quantize_head(head.float())
 
 
 def test_bad_settings_and_a_head_for_another_model_are_refused():

@@ -159,9 +159,9 @@ def test_packed_weight_follows_in_place_changes():
 
 
 def test_the_eagle_heads_prompts_are_not_the_benchmarks_and_held_out_ones_are_new():
-    """The EAGLE recipe's chat, code and math prompts share no prompt, and no code snippet, with the benchmark
-    suite; its held-out prompts share none with its training prompts. (Its summaries' passages are the target's
-    own chat answers, which the benchmark's hand-written passages are not.)"""
+    """The EAGLE recipe's chat, code, math and conversation prompts share no prompt, and no code snippet or
+    summary instruction, with the benchmark suite; its held-out prompts share none with its training prompts.
+    (Its passages are the target's own writing, which the benchmark's hand-written passages are not.)"""
     from mtdecode.bench import load_suite
     from mtdecode.zoo import prompts
 
@@ -173,3 +173,11 @@ def test_the_eagle_heads_prompts_are_not_the_benchmarks_and_held_out_ones_are_ne
     snippets = prompts.CODE_SNIPPETS + prompts.HELD_OUT_CODE_SNIPPETS
     assert not any(snippet.splitlines()[0] in text for snippet in snippets for text in bench)
     assert not set(prompts.CODE_SNIPPETS) & set(prompts.HELD_OUT_CODE_SNIPPETS)
+    # the second round: questions, follow-ups and passage requests (the passages are the target's own)
+    turns = prompts.QUESTIONS + prompts.FOLLOW_UPS + prompts.passage_requests()
+    held_out_turns = prompts.HELD_OUT_QUESTIONS + prompts.HELD_OUT_FOLLOW_UPS + prompts.passage_requests(True)
+    assert not set(turns) & set(bench) and not set(held_out_turns) & set(bench)
+    assert not set(turns) & set(held_out_turns)
+    assert not set(prompts.PASSAGE_SUBJECTS) & set(prompts.HELD_OUT_PASSAGE_SUBJECTS)
+    tasks = [task.split("\n")[0] for task in prompts.PASSAGE_TASKS]
+    assert not {text.split("\n")[0] for text in bench} & set(tasks)  # no benchmark instruction is reused

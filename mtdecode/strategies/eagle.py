@@ -55,7 +55,8 @@ class Eagle:
 
     - `head`: an `EagleHead` trained for the target at hand (same hidden size, vocabulary and device); None (the
       default): the head that ships for SmolLM2-135M-Instruct, `load_model("smollm2-135m-eagle")`, which fits
-      no other model.
+      no other model. `load_model("smollm2-135m-eagle", quantize="int8")` gives its int8 form (cheaper per
+      depth, slightly fewer accepted guesses; `benchmarks/eagle_costs.py` compares them).
     - `depth`: D, the tree's greatest depth (at least 1).
     - `width`: W, nodes kept per depth (top-W children; at least 1).
     - `tree_size`: a fixed number of verified nodes N (at most D x W); None (the default): each step's N
@@ -191,11 +192,11 @@ def read_features(
     rows = [features[b][:n] for b, n in enumerate(needed)]
     hidden = head.model.embedding.shape[1]
     if not any(needed):  # every row finished
-        return root if root is not None else torch.zeros(s.batch, hidden, dtype=head.model.fuse.weight.dtype,
+        return root if root is not None else torch.zeros(s.batch, hidden, dtype=head.model.dtype,
                                                          device=s.device)  # fmt: skip
     ids, offsets, sees, pad = head.after_held(tokens)
     width = ids.shape[1]
-    padded = torch.zeros(s.batch, width, hidden, dtype=head.model.fuse.weight.dtype, device=s.device)
+    padded = torch.zeros(s.batch, width, hidden, dtype=head.model.dtype, device=s.device)
     for b, row in enumerate(rows):
         padded[b, width - len(row) :] = row
     predicted = head.step(padded, ids, offsets, sees, pad=pad)  # (batch, width, hidden)
@@ -224,7 +225,7 @@ def _time_depth(head: EagleHead, width: int, repeats: int = 5) -> float:
 
     runner = HeadRunner(head, 1)
     context, hidden = tuning.CONTEXT, head.embedding.shape[1]
-    dtype, device = head.fuse.weight.dtype, head.device
+    dtype, device = head.dtype, head.device
     ids, offsets, sees, pad = runner.after_held(torch.zeros(1, context, dtype=torch.long, device=device))
     runner.step(torch.zeros(1, context, hidden, dtype=dtype, device=device), ids, offsets, sees, pad=pad)
     runner.cache.commit()

@@ -65,17 +65,17 @@ def load_model(
     A `CausalLM`; its transformers model is `.hf`. On CPU its linear layers are
     `SkinnyLinear` (a faster product for a few rows; `mtdecode.zoo.skinny`), or int8.
     `load_model("smollm2-135m-eagle")` returns instead the `EagleHead` trained for the default model (for
-    `mtdecode.strategies.Eagle`), on `device` in `dtype`.
+    `mtdecode.strategies.Eagle`), on `device` in `dtype`; with `quantize="int8"` its linear layers and scores
+    are int8 (`mtdecode.zoo.eagle.quantize_head`: a faster head, and the same exact outputs).
     """
     from transformers import AutoModelForCausalLM
-
-    if name == EAGLE_MODEL:
-        return _load_eagle(device, dtype)
 
     if quantize not in (None, "int8"):
         raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
     if quantize is not None and (torch.device(device).type != "cpu" or dtype != torch.float32):
         raise ValueError(f"quantize='int8' needs device='cpu' and dtype=torch.float32, got {device!r} and {dtype}")
+    if name == EAGLE_MODEL:
+        return _load_eagle(device, dtype, quantize)
     if name == DRAFT_MODEL:
         model = _load_draft(dtype)
     else:
@@ -101,16 +101,17 @@ def cache_dir() -> Path:
     return Path(base) / "mtdecode"
 
 
-def _load_eagle(device: str | torch.device, dtype: torch.dtype) -> EagleHead:
+def _load_eagle(device: str | torch.device, dtype: torch.dtype, quantize: str | None = None) -> EagleHead:
     """The shipped EAGLE head, with the default model's embedding and output rows."""
-    from mtdecode.zoo.eagle import load_head
+    from mtdecode.zoo.eagle import load_head, quantize_head
 
     if not (EAGLE_DIR / "head.safetensors").exists():
         raise FileNotFoundError(
             f"{EAGLE_DIR / 'head.safetensors'} is missing: build it with  python -m mtdecode.zoo.eagle all"
         )
     target = load_model(DEFAULT_MODEL, dtype=dtype).hf
-    return load_head(target, EAGLE_DIR).to(device)
+    head = load_head(target, EAGLE_DIR).to(device)
+    return quantize_head(head) if quantize == "int8" else head
 
 
 def _load_draft(dtype: torch.dtype):

@@ -93,6 +93,7 @@ class EagleHead(nn.Module):
         self.register_buffer("embedding", embedding.detach().clone(), persistent=False)
         self.register_buffer("head_token_ids", head_token_ids.long().clone(), persistent=True)
         self.register_buffer("output", output.detach()[head_token_ids].clone(), persistent=False)  # step 4's rows
+        self.scorer: nn.Module | None = None  # step 4 in int8 (`quantize_head`), else `output` in float
 
     def forward(
         self,
@@ -120,7 +121,7 @@ class EagleHead(nn.Module):
         t, seeing what `mask` allows (the cached columns, then the new ones). The new entries become pending in
         `cache`, as a model's do in `mtdecode.CausalLM.forward`."""
         with torch.no_grad():
-            predicted = self._predict(features.to(self.fuse.weight.dtype), next_tokens, positions, mask, cache.hf_cache)
+            predicted = self._predict(features.to(self.dtype), next_tokens, positions, mask, cache.hf_cache)
         cache.record(positions, valid)
         return predicted
 
@@ -140,12 +141,19 @@ class EagleHead(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.fuse.weight.device
+        return self.embedding.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The float type the head computes in (its linear layers may hold int8 weights: `quantize_head`)."""
+        return self.embedding.dtype
 
     def logits(self, features: Float[Tensor, "*rows hidden"]) -> Float[Tensor, "*rows head"]:
         """Step 4: scores over `head_token_ids` (index i is token `head_token_ids[i]`)."""
         from mtdecode.zoo.skinny import fast_matmul
 
+        if self.scorer is not None:
+            return self.scorer(features)
         return fast_matmul(features, self.output)  # `features @ output.T`, by the fastest path for few rows
 
 
@@ -176,38 +184,46 @@ def eagle_loss(
 HEAD_TOKENS = 8192  # the head scores this many of the most frequent tokens of the data
 
 
-#: prompts per task kind: (training, held out); the summaries' passages are the target's own chat answers
-TASK_PROMPTS = {"chat": (384, 24), "code": (128, 16), "math": (192, 16), "summary": (192, 16)}
+#: prompts per task kind: (training, held out). The summaries' passages are the target's own chat answers; the
+#: conversations continue its answers to `question`, and `extract` reads the passages it wrote in `passage`.
+TASK_PROMPTS = {"chat": (384, 24), "code": (128, 16), "math": (192, 16), "summary": (192, 16), "question": (64, 8),
+                "conversation": (192, 24), "passage": (48, 8), "extract": (144, 24)}  # fmt: skip
+NEW_TOKENS = {"passage": 160}  # the others: 128
 
 
-def task_prompts(kind: str, count: int, work, held_out: bool) -> list[str]:
-    """The first `count` prompts of one task kind (chat is shuffled with a fixed seed so every template is in)."""
+def task_prompts(kind: str, count: int, work, held_out: bool) -> list[list[dict]]:
+    """The first `count` chats of one task kind (chat is shuffled with a fixed seed so every template is in).
+    Kinds that read the target's earlier answers (`summary`, `conversation`, `extract`) need those made first."""
     import random
 
     from mtdecode.zoo import load_tokenizer
-    from mtdecode.zoo.prompts import (
-        code_prompts,
-        held_out_prompts,
-        math_prompts,
-        summary_prompts,
-        training_prompts,
-    )  # fmt: skip
+    from mtdecode.zoo import prompts as p
+
+    def answers(of: str) -> list[str]:
+        tokenizer = load_tokenizer()
+        return [tokenizer.decode(r["tokens"][r["answer_start"] :], skip_special_tokens=True)
+                for r in load_records(work, of, held_out)]  # fmt: skip
 
     if kind == "chat":
-        texts = held_out_prompts() if held_out else training_prompts()
+        texts = p.held_out_prompts() if held_out else p.training_prompts()
         random.Random(0).shuffle(texts)
     elif kind == "code":
-        texts = code_prompts(held_out)
+        texts = p.code_prompts(held_out)
     elif kind == "math":
-        texts = math_prompts(count, held_out)
-    elif kind == "summary":  # passages: the target's answers to the chat prompts (made first)
-        tokenizer = load_tokenizer()
-        chat = load_records(work, "chat", held_out)
-        texts = summary_prompts([tokenizer.decode(r["tokens"][r["answer_start"] :], skip_special_tokens=True)
-                                 for r in chat])  # fmt: skip
+        texts = p.math_prompts(count, held_out)
+    elif kind == "summary":
+        texts = p.summary_prompts(answers("chat"))
+    elif kind == "question":
+        texts = p.question_prompts(held_out)
+    elif kind == "conversation":
+        return p.conversations(p.question_prompts(held_out), answers("question"), held_out)[:count]
+    elif kind == "passage":
+        texts = p.passage_requests(held_out)
+    elif kind == "extract":
+        texts = p.passage_prompts(answers("passage"))
     else:
         raise ValueError(f"unknown task kind {kind!r}; expected one of {sorted(TASK_PROMPTS)}")
-    return texts[:count]
+    return [[{"role": "user", "content": t}] for t in texts[:count]]
 
 
 def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, batch: int = 16,
@@ -223,15 +239,14 @@ def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, ba
 
     folder = Path(work) / ("held_out" if held_out else "data") / kind
     folder.mkdir(parents=True, exist_ok=True)
-    texts = task_prompts(kind, prompts, work, held_out)
-    batches = [texts[i : i + batch] for i in range(0, len(texts), batch)]
+    chats = task_prompts(kind, prompts, work, held_out)
+    batches = [chats[i : i + batch] for i in range(0, len(chats), batch)]
     todo = [i for i in range(len(batches)) if not (folder / f"{i:04d}.pt").exists()]
     if not todo:
         return
     target, tokenizer = load_model(), load_tokenizer()  # a CausalLM
     for i in tqdm(todo, desc=f"data: target answers ({kind}, {folder.parent.name})", unit="batch"):
-        chats = [[{"role": "user", "content": t}] for t in batches[i]]
-        ids = [list(tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"]) for c in chats]
+        ids = [list(tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"]) for c in batches[i]]
         result = mtdecode.generate(
             target, ids, Autoregressive(), max_new_tokens=new_tokens, eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.eos_token_id,
@@ -430,11 +445,36 @@ def load_head(target, folder: Path) -> EagleHead:
     return skinny_linears(head.to(target.dtype).eval())  # few rows per step: the faster products, as the target's
 
 
-def evaluate(work, *, depths: int = 4, sequences: int = 16, head: EagleHead | None = None) -> dict:
+def quantize_head(head: EagleHead) -> EagleHead:
+    """The head's linear layers and its scores in int8 (`mtdecode.zoo.int8`: int8 weights, each row's activations
+    quantized on their own, exact integer products), in place; returns `head`.
+
+    Its guesses may differ a little from float32's, which changes how many are accepted, never what a strategy
+    outputs: the target decides every token. `benchmarks/eagle_costs.py` measures both forms side by side. On
+    the 2-core AMD EPYC host a depth of the tree cost 0.041 of a target forward in int8 against 0.052 in float32,
+    and the tree accepted slightly less (code 2.66 tokens per forward against 2.75), so `Eagle()` keeps float32.
+
+    **Raises:** `ValueError` unless the head is on CPU in float32; `RuntimeError` on a CPU whose int8 products
+    are not exact (`mtdecode.zoo.int8.exact_int_mm`).
+    """
+    from mtdecode.zoo.int8 import Int8Linear, int8_linears
+
+    if head.device.type != "cpu" or head.dtype != torch.float32:
+        raise ValueError(f"an int8 head needs CPU and float32, got {head.device} and {head.dtype}")
+    scores = nn.Linear(head.output.shape[1], head.output.shape[0], bias=False)
+    scores.weight = nn.Parameter(head.output, requires_grad=False)
+    int8_linears(head)
+    head.scorer = Int8Linear(scores)
+    return head
+
+
+def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | None = None) -> dict:
     """Greedy acceptance of a chain drafted by the head, by depth and task kind, on held-out answers (teacher
     forcing up to each position t, then the head's own features and tokens): the share of answer positions where
     the first d drafted tokens all equal the target's tokens, for d = 1..`depths`."""
     import json
+
+    from tqdm import tqdm
 
     from mtdecode.zoo import load_model
 
@@ -444,7 +484,7 @@ def evaluate(work, *, depths: int = 4, sequences: int = 16, head: EagleHead | No
         head = build_head(load_model().hf, [], state["head_token_ids"])
         head.load_state_dict(state)
     report = {}
-    for kind in TASK_PROMPTS:
+    for kind in tqdm(TASK_PROMPTS, desc="evaluate: held-out chains by task kind", unit="kind"):
         held_out = load_records(work, kind, held_out=True)[:sequences]
         hits, positions = torch.zeros(depths), 0
         with torch.no_grad():
@@ -475,11 +515,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("stage", choices=["data", "train", "export", "evaluate", "all"])
     parser.add_argument("--work", type=Path, default=Path("build/eagle"), help="data and checkpoints go here")
     parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--sequences", type=int, default=8, help="held-out sequences per task kind to evaluate")
     args = parser.parse_args(argv)
     if args.stage in ("data", "all"):
         for kind, (count, held_out_count) in TASK_PROMPTS.items():  # chat first: summaries read its answers
-            make_data(args.work, kind, prompts=count)
-            make_data(args.work, kind, held_out=True, prompts=held_out_count)
+            new_tokens = NEW_TOKENS.get(kind, 128)
+            make_data(args.work, kind, prompts=count, new_tokens=new_tokens)
+            make_data(args.work, kind, held_out=True, prompts=held_out_count, new_tokens=new_tokens)
         for kind, count in TEXT_CHUNKS.items():
             make_text_data(args.work, kind, chunks=count)
     if args.stage in ("train", "all"):
@@ -487,7 +529,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.stage in ("export", "all"):
         print(f"exported {export(args.work)}")
     if args.stage in ("evaluate", "all"):
-        evaluate(args.work)
+        evaluate(args.work, sequences=args.sequences)
 
 
 if __name__ == "__main__":

@@ -227,3 +227,196 @@ def math_prompts(count: int, held_out: bool = False) -> list[str]:
 def summary_prompts(passages: list[str]) -> list[str]:
     """Summarisation prompts over the given passages (the recipe passes the target's own chat answers)."""
     return [SUMMARY_TASKS[i % len(SUMMARY_TASKS)].format(passage=p.strip()) for i, p in enumerate(passages)]
+
+
+# ------------------------------------------------------------------ conversations and passages (EAGLE head, round 2)
+#
+# The templated chat prompts above taught the head their own answers by heart (92% first-guess agreement on
+# training answers, 57% on held-out ones, about 31% on the benchmark's chats). These are more varied: everyday
+# questions answered by the target, then a follow-up about its answer (two turns, as in the benchmark's chat
+# task), and passages the target writes itself, then summarised or searched for facts.
+
+QUESTIONS = [
+    "How do I keep basil alive on a windowsill?",
+    "What is a good way to save money on groceries?",
+    "Why does bread go stale?",
+    "How can I fall asleep faster?",
+    "What should I pack for a weekend camping trip?",
+    "How does a credit score work?",
+    "What is the best way to learn a new language as an adult?",
+    "Why is the sky blue?",
+    "How do I ask my manager for a raise?",
+    "What are some easy dinners I can cook in 20 minutes?",
+    "How do vaccines train the immune system?",
+    "What is the difference between a virus and a bacterium?",
+    "How can I make my laptop battery last longer?",
+    "What is compound interest?",
+    "How do I start a daily journaling habit?",
+    "Why do cats purr?",
+    "How should I prepare for a job interview?",
+    "What causes the seasons on Earth?",
+    "How do I clean a cast-iron pan?",
+    "What is a healthy amount of screen time for children?",
+    "How do solar panels make electricity?",
+    "What should I look for when buying a used car?",
+    "How do I write a good cover letter?",
+    "Why do leaves change colour in autumn?",
+    "What is inflation and why does it happen?",
+    "How can I stop procrastinating?",
+    "What is the Pythagorean theorem used for in everyday life?",
+    "How do I train a puppy to sit?",
+    "What are the main causes of the First World War?",
+    "How can I reduce food waste at home?",
+    "What is a good stretching routine for people who sit all day?",
+    "How do airplanes stay in the air?",
+    "What is the difference between a stock and a bond?",
+    "How do I make friends in a new city?",
+    "Why do we dream?",
+    "How can I improve my handwriting?",
+    "What is the best way to memorise a speech?",
+    "How does recycling plastic actually work?",
+    "What are the signs of dehydration?",
+    "How do I choose a good password?",
+    "Why do onions make people cry?",
+    "How do I plan a birthday party for a six-year-old?",
+    "What is the water cycle?",
+    "How can I be more productive when working from home?",
+    "What should I know before adopting a rabbit?",
+    "How do tides work?",
+    "What is a balanced breakfast?",
+    "How can I get better at chess?",
+    "Why is exercise good for mental health?",
+    "How do I negotiate the price of a new apartment?",
+    "What were the Olympic Games like in ancient Greece?",
+    "How do I fix a squeaky door?",
+    "What is the difference between baking soda and baking powder?",
+    "How can I help a friend who is feeling lonely?",
+    "What does a project manager do?",
+    "How do earthquakes happen?",
+    "How do I start learning to draw?",
+    "What is the healthiest way to lose weight?",
+    "How do noise-cancelling headphones work?",
+    "What should I do if my phone gets wet?",
+    "How do I become a better listener?",
+    "Why do some people get seasick?",
+    "How can I teach my child to ride a bike?",
+    "What are the rules of volleyball?",
+]
+
+HELD_OUT_QUESTIONS = [
+    "How do I grow tomatoes from seed?",
+    "Why does ice float on water?",
+    "What is a mortgage?",
+    "How can I make my morning routine calmer?",
+    "How do electric cars charge?",
+    "What is the best way to study for an exam?",
+    "How do bees make honey?",
+    "What should I do before a long flight?",
+]
+
+FOLLOW_UPS = [
+    "Can you give me a concrete example?",
+    "Why does that work?",
+    "What if I only have ten minutes a day?",
+    "Can you explain that more simply?",
+    "What mistakes do beginners usually make?",
+    "How long does it usually take to see results?",
+    "Is there a cheaper way to do it?",
+    "Can you put that in a short list?",
+    "What would you do first?",
+    "Are there any risks I should know about?",
+    "How would you explain that to a child?",
+    "What if that does not work for me?",
+    "Can you say the same thing in one sentence?",
+    "Which of those is the most important?",
+    "Now write it as a short poem.",
+    "What do experts disagree about here?",
+]
+
+HELD_OUT_FOLLOW_UPS = [
+    "Could you give me two more tips?",
+    "What is the science behind it?",
+    "How would this change for someone older?",
+]
+
+PASSAGE_REQUESTS = [
+    "Write a short news report, about 100 words, about {s}. Name the people involved and give dates and numbers.",
+    "Write a short product description, about 100 words, for {s}, with its price and main features.",
+    "Write the minutes of a short meeting, about 100 words, about {s}, naming who said what.",
+    "Write a short announcement, about 100 words, about {s}, with times, places and prices.",
+]
+
+PASSAGE_SUBJECTS = [
+    "a town opening a new swimming pool",
+    "a school science fair",
+    "a bakery changing its opening hours",
+    "a new bicycle lane",
+    "a charity book sale",
+    "a football club hiring a coach",
+    "a museum exhibition of old maps",
+    "a neighbourhood clean-up day",
+    "a folding electric scooter",
+    "a community orchestra concert",
+    "a farmers' market moving to a new square",
+    "a library's summer reading challenge",
+    "a hospital opening a new wing",
+    "a mountain hut reopening after repairs",
+    "a company launching a recycling programme",
+    "a cooking class for beginners",
+    "a water-proof hiking backpack",
+    "a city replacing its street lights",
+    "a chess tournament for students",
+    "a theatre's new season",
+    "a garden centre's spring sale",
+    "a village festival",
+    "a bus route changing its timetable",
+    "a start-up building a weather app",
+]
+
+HELD_OUT_PASSAGE_SUBJECTS = ["a harbour renovation", "a robotics club", "a new tram line", "a wool sweater"]
+
+PASSAGE_TASKS = [
+    "Summarise this text in two sentences.\n\n{passage}",
+    "Who is mentioned in this text, and what does each person do?\n\n{passage}",
+    "List every number in this text and say what it refers to.\n\n{passage}",
+    "Give this text a headline and a one-line summary.\n\n{passage}",
+    "Extract the dates, times and places from this text as a bulleted list.\n\n{passage}",
+    "Explain this text to a child in three short sentences.\n\n{passage}",
+]
+
+
+def question_prompts(held_out: bool = False) -> list[str]:
+    """Everyday questions, answered first on their own; their answers start the two-turn conversations."""
+    return list(HELD_OUT_QUESTIONS if held_out else QUESTIONS)
+
+
+def conversations(
+    questions: list[str], answers: list[str], held_out: bool = False, per_question: int = 3
+) -> list[list[dict]]:
+    """Two-turn chats: a question, the first two sentences of the target's own answer, then a follow-up; each
+    question gets `per_question` different follow-ups."""
+    import re
+
+    follow_ups = HELD_OUT_FOLLOW_UPS if held_out else FOLLOW_UPS
+    chats = []
+    for i, (question, answer) in enumerate(zip(questions, answers, strict=True)):
+        paragraph = answer.strip().split("\n\n")[0]  # the first paragraph's first two sentences ("1." ends none)
+        short = " ".join(re.split(r"(?<=[^\d\s][.!?])\s+", paragraph)[:2])
+        for j in range(per_question):
+            follow_up = follow_ups[(i * per_question + j) % len(follow_ups)]
+            chats.append([{"role": "user", "content": question}, {"role": "assistant", "content": short},
+                          {"role": "user", "content": follow_up}])  # fmt: skip
+    return chats
+
+
+def passage_requests(held_out: bool = False) -> list[str]:
+    """Requests for passages with names, numbers and dates; the target writes them, then they are summarised."""
+    subjects = HELD_OUT_PASSAGE_SUBJECTS if held_out else PASSAGE_SUBJECTS
+    n = len(PASSAGE_REQUESTS)
+    return [PASSAGE_REQUESTS[(i + j) % n].format(s=s) for i, s in enumerate(subjects) for j in (0, n // 2)]
+
+
+def passage_prompts(passages: list[str], per_passage: int = 3) -> list[str]:
+    """Summary and extraction prompts over the target's own passages, `per_passage` different ones each."""
+    return [PASSAGE_TASKS[(i * per_passage + j) % len(PASSAGE_TASKS)].format(passage=p.strip())
+            for i, p in enumerate(passages) for j in range(per_passage)]  # fmt: skip
