@@ -22,7 +22,7 @@ import mtdecode
 from mtdecode import tuning
 from mtdecode.bench import _tokenize, cpu_model, load_suite
 from mtdecode.strategies import Eagle
-from mtdecode.strategies.eagle import measure_depth_cost
+from mtdecode.strategies.eagle import depth_timings, measure_depth_cost
 from mtdecode.zoo.int8 import exact_int_mm
 
 
@@ -33,6 +33,8 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=4)
     parser.add_argument("--heads", nargs="+", choices=["float32", "int8"], default=["float32", "int8"])
     args = parser.parse_args()
+    if min(args.prompts, args.depth, args.width) < 1:
+        parser.error("--prompts, --depth and --width must be at least 1")
     target, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
     print(f"host: {cpu_model()}, torch threads: {torch.get_num_threads()}")
     if "int8" in args.heads and not exact_int_mm():
@@ -43,49 +45,13 @@ def main() -> None:
     for form, head in heads.items():
         print(f"{form} head cost per depth, in 1-token target forwards: " + ", ".join(
             f"W={w}: {measure_depth_cost(target, head, w):.3f}" for w in (1, 2, 4, 8)))  # fmt: skip
-        parts = depth_parts(head, args.width)
-        print(f"  one depth of W={args.width}, in ms: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
+        parts = depth_timings(head, args.width, repeats=20)
+        print(f"  one depth of W={args.width}, in ms: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in parts.items()))
     curve = tuning.measured_curve(target, 32)
     print("target forward over n tokens, against 1: " + ", ".join(f"{n}: {curve[n - 1]:.2f}" for n in (2, 4, 8, 16)))
     for form, head in heads.items():
         print(f"{form} head:")
         decode_tasks(target, tokenizer, Eagle(head, depth=args.depth, width=args.width), args.prompts)
-
-
-def depth_parts(head, width: int, repeats: int = 20) -> dict[str, float]:
-    """Where one depth's time goes (the fastest of `repeats` runs of each part): the head's forward over `width`
-    nodes after `tuning.CONTEXT` entries (fuse, decoder layer, norm, cache update), their scores over the head's
-    tokens, and the choice of children (softmax and top-W)."""
-    import time
-
-    from mtdecode import masks
-    from mtdecode.strategies.eagle import HeadRunner
-
-    def fastest(run) -> float:
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - start)
-        return best * 1e3
-
-    runner, hidden = HeadRunner(head, 1), head.embedding.shape[1]
-    ids, offsets, sees, pad = runner.after_held(torch.zeros(1, tuning.CONTEXT, dtype=torch.long))
-    runner.step(torch.zeros(1, tuning.CONTEXT, hidden, dtype=head.dtype), ids, offsets, sees, pad=pad)
-    runner.cache.commit()
-    features, tokens = torch.randn(1, width, hidden, dtype=head.dtype), torch.zeros(1, width, dtype=torch.long)
-    alone, at = masks.tree([-1] * width), torch.zeros(width, dtype=torch.long)
-
-    def forward():
-        runner.step(features, tokens, at, alone)
-        runner.cache.crop(runner.cache.lengths)
-
-    scores = head.logits(features)
-    return {
-        "head forward": fastest(forward),
-        "scores": fastest(lambda: head.logits(features)),
-        "choice": fastest(lambda: torch.softmax(scores.double(), dim=-1).flatten(1).topk(width, dim=1)),
-    }
 
 
 def decode_tasks(target, tokenizer, strategy: Eagle, count: int) -> None:

@@ -221,6 +221,13 @@ _DEPTH_COSTS: dict[tuple[int, int, int], float] = {}
 
 
 def _time_depth(head: EagleHead, width: int, repeats: int = 5) -> float:
+    return depth_timings(head, width, repeats)["depth"]
+
+
+def depth_timings(head: EagleHead, width: int, repeats: int = 5) -> dict[str, float]:
+    """Seconds, the fastest of `repeats` runs each, for one depth of the tree over `width` nodes after
+    `tuning.CONTEXT` entries (`"depth"`) and for its parts: the head's forward with its cache update (`"head
+    forward"`), the nodes' scores (`"scores"`) and the choice of children (`"choice"`)."""
     import time
 
     runner = HeadRunner(head, 1)
@@ -233,15 +240,31 @@ def _time_depth(head: EagleHead, width: int, repeats: int = 5) -> float:
     tokens = torch.zeros(1, width, dtype=torch.long, device=device)
     alone = masks.tree([-1] * width, device=device)  # width nodes side by side
     offsets = torch.zeros(width, dtype=torch.long, device=device)
-    best = float("inf")
-    with torch.no_grad():
+
+    def forward() -> Float[Tensor, "1 width hidden"]:
+        predicted = runner.step(features, tokens, offsets, alone)
+        runner.cache.crop(runner.cache.lengths)  # the nodes' entries go again
+        return predicted
+
+    def choose(scores: Float[Tensor, "1 width head"]) -> None:
+        torch.softmax(scores.double(), dim=-1).flatten(1).topk(width, dim=1)
+
+    def fastest(run) -> float:
+        best = float("inf")
         for _ in range(repeats):
             start = time.perf_counter()
-            predicted = runner.step(features, tokens, offsets, alone)
-            torch.softmax(head.logits(predicted).double(), dim=-1).flatten(1).topk(width, dim=1)
+            run()
             best = min(best, time.perf_counter() - start)
-            runner.cache.crop(runner.cache.lengths)
-    return best
+        return best
+
+    with torch.no_grad():
+        scores = head.logits(forward())
+        return {
+            "depth": fastest(lambda: choose(head.logits(forward()))),
+            "head forward": fastest(forward),
+            "scores": fastest(lambda: head.logits(features)),
+            "choice": fastest(lambda: choose(scores)),
+        }
 
 
 # ------------------------------------------------------------------ steps 1 to 5
