@@ -5,8 +5,12 @@
   right most of the time (a target whose next token depends mostly on its current one, and a head that copies the
   current token's feature): then steps accept deep paths of the tree, and the bookkeeping of both caches along
   accepted paths is exercised.
+- The copy branch (prompt lookup's guess grafted onto the tree, on by default, so in every test above): where the
+  text repeats, it has more tokens accepted than the head's tree is deep, with greedy's output; `graft` follows
+  the tree, then hangs new nodes, and the best nodes stay a subtree.
 - The sampling law by exact enumeration (`mtdecode.testing.distribution`, chi-square at a false-alarm rate of
-  1e-3): a fixed tree and a tree sized by the cost rule; the same test rejects a wrong tree verifier.
+  1e-3): a fixed tree, a tree sized by the cost rule, and a one-node tree with the copy's node beside it; the same
+  test rejects a wrong tree verifier.
 """
 
 import functools
@@ -18,7 +22,8 @@ import mtdecode
 from mtdecode import Sampler, verification
 from mtdecode.drafting import DraftCosts
 from mtdecode.strategies import Autoregressive
-from mtdecode.strategies.eagle import Eagle
+from mtdecode.strategies.eagle import Eagle, Tree, best_nodes, graft, tree_size
+from mtdecode.strategies.prompt_lookup import CopyRecord
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import check_distribution
 from mtdecode.zoo import int8
@@ -109,10 +114,9 @@ def test_the_rule_grows_deep_trees_only_where_another_depth_pays():
     """A depth that costs nothing lets the good head's tree grow to depth 6 and verify paths of 3 or more; one
     that costs 50 target forwards never pays, so every tree stops at depth 1 (at most W nodes verified)."""
     model, head = copying_pair()
-    cheap = mtdecode.generate(model, PROMPTS, Eagle(head, depth=6, width=2, costs=COSTS, depth_cost=0.0),
-                              max_new_tokens=30)  # fmt: skip
-    dear = mtdecode.generate(model, PROMPTS, Eagle(head, depth=6, width=2, costs=COSTS, depth_cost=50.0),
-                             max_new_tokens=30)  # fmt: skip
+    shape = dict(depth=6, width=2, costs=COSTS, lookup=0)  # the head's tree alone
+    cheap = mtdecode.generate(model, PROMPTS, Eagle(head, **shape, depth_cost=0.0), max_new_tokens=30)
+    dear = mtdecode.generate(model, PROMPTS, Eagle(head, **shape, depth_cost=50.0), max_new_tokens=30)
     assert cheap.tokens.tolist() == dear.tokens.tolist()
     assert max(cheap.stats.accepted_lengths) >= 3
     assert max(step.drafted for step in dear.steps) <= 2 and max(dear.stats.accepted_lengths) <= 1
@@ -125,6 +129,51 @@ def test_one_row_alone_decodes_as_in_a_batch():
     for b, prompt in enumerate(PROMPTS):
         alone = mtdecode.generate(model, prompt, strategy, max_new_tokens=30)
         assert alone.row(0) == batch.row(b)
+
+
+def test_the_copy_branch_reaches_past_the_heads_depth_and_changes_no_output():
+    """With one head node per step (depth 1, width 1) the head alone never has more than one token accepted; the
+    copy (prompt lookup's guess, grafted as another branch) has several accepted at once where the target's greedy
+    text repeats itself, as the copying pair's does. The output is greedy's with the copy and without it."""
+    for seed in (0, 1, 2):
+        model, head = copying_pair(seed=seed)
+        expected = greedy(model, PROMPTS, 40).tokens.tolist()
+        shape = dict(depth=1, width=1, costs=COSTS, depth_cost=0.05)
+        alone = mtdecode.generate(model, PROMPTS, Eagle(head, **shape, lookup=0), max_new_tokens=40)
+        copying = mtdecode.generate(model, PROMPTS, Eagle(head, **shape), max_new_tokens=40)
+        assert alone.tokens.tolist() == expected and copying.tokens.tolist() == expected
+        assert max(alone.stats.accepted_lengths) <= 1
+        assert max(copying.stats.accepted_lengths) >= 3, copying.stats
+        assert copying.stats.row_forwards < alone.stats.row_forwards
+
+
+def test_a_copy_follows_the_tree_while_it_can_then_hangs_new_nodes_below():
+    """`graft`: row 0's copy [5, 7, 9, 10] follows the head's nodes 5 (node 0) and 7 (its child, node 2), then adds
+    9 and 10 below them; row 1's copy [8] starts at x0 beside the head's nodes; row 2 has none (padding). Worth
+    falls along the copy, and padding is never verified."""
+    tokens = torch.tensor([[5, 6, 7, 8]] * 3)
+    parent = torch.tensor([[-1, -1, 0, 1]] * 3)
+    depth = torch.tensor([[1, 1, 2, 2]] * 3)
+    value = torch.tensor([[0.5, 0.3, 0.2, 0.1]] * 3, dtype=torch.float64)
+    tree = Tree(tokens, parent, depth, value.clone(), value, torch.full((3,), 2), value.clone(), 4)
+    grafted = graft(tree, [[5, 7, 9, 10], [8], []], CopyRecord(3))
+    assert grafted.head_nodes == 4
+    assert grafted.tokens[:2].tolist() == [[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 8, 0]]
+    assert grafted.parent[:2].tolist() == [[-1, -1, 0, 1, 2, 4], [-1, -1, 0, 1, -1, -1]]
+    assert grafted.depth[0].tolist() == [1, 1, 2, 2, 3, 4]
+    assert grafted.copy.tolist() == [[1, 0, 2, 0, 3, 4], [0, 0, 0, 0, 1, 0], [0] * 6]
+    holds = [1 / 2, 1 / 2 * 2 / 3, 1 / 2 * 2 / 3 * 3 / 4, 1 / 2 * 2 / 3 * 3 / 4 * 4 / 5]  # the prior: 1/2, 2/3, ...
+    assert grafted.copy_chance[0].tolist() == pytest.approx([holds[0], -1, holds[1], -1, holds[2], holds[3]])
+    assert grafted.value[1].tolist() == pytest.approx([0.5, 0.3, 0.2, 0.1, 0.0, -1.0])  # the copy's node, padding
+    assert grafted.chance[2, 4:].tolist() == [-1.0, -1.0]
+
+    n, worth = tree_size(torch.ones(3, dtype=torch.bool), grafted, 6, None)
+    assert n.tolist() == [6, 5, 4]  # row 1's padding and row 2's are not counted
+    assert worth[0].tolist() == pytest.approx([0.5, 0.3, holds[1], 0.1, holds[2], holds[3]])
+    chosen, rank = best_nodes(worth, 6)
+    for b in range(3):  # every kept node's parent is kept: each row's best nodes form a subtree
+        kept = set(chosen[b][rank[b] < n[b]].tolist())
+        assert all(int(grafted.parent[b, node]) in kept | {-1} for node in kept)
 
 
 @pytest.mark.skipif(not exact_int_mm(), reason="int8 heads need exact int8 products (a CPU with VNNI)")
@@ -160,6 +209,10 @@ def test_bad_settings_and_a_head_for_another_model_are_refused():
         Eagle(head, depth=0)
     with pytest.raises(ValueError, match="tree_size"):
         Eagle(head, depth=2, width=2, tree_size=5)
+    with pytest.raises(ValueError, match="lookup"):
+        Eagle(head, lookup=-1)
+    with pytest.raises(ValueError, match="ngram"):
+        Eagle(head, ngram=0)
     with pytest.raises(TypeError, match="EagleHead"):
         Eagle(model)
     other = tiny_model("llama", vocab_size=80, seed=0)
@@ -189,14 +242,25 @@ def check(strategy):
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize(
-    "shape", [dict(depth=2, width=3, tree_size=5), dict(depth=2, width=3, costs=COSTS, depth_cost=0.0)]
+    "shape",
+    [
+        dict(depth=2, width=3, tree_size=5),
+        dict(depth=2, width=3, costs=COSTS, depth_cost=0.0),
+        dict(depth=1, width=1, costs=COSTS, depth_cost=0.0),  # the copy's node often beside the head's one
+    ],
 )
 def test_sampling_matches_autoregressive(shape):
     """After the first (plain) step, the second verifies a tree of depth 2 with several children per node: both
     remaining tokens of the 3-token block come from the tree's verification. With the rule, how many nodes a step
-    verifies depends on the head's confidences after the first token (checked first): the law is p all the same."""
+    verifies depends on the head's confidences after the first token (checked first): the law is p all the same.
+    The copy (on by default) joins the tree wherever the first token occurred in the prompt; with one head node
+    per step, a second verified node is the copy's own (checked first)."""
     model, head = small()
-    if "costs" in shape:
+    if shape["depth"] == 1:
+        runs = [mtdecode.generate(model, PROMPT, Eagle(head, **shape), max_new_tokens=3, temperature=1.0, seed=seed)
+                for seed in range(20)]  # fmt: skip
+        assert any(run.steps[1].drafted == 2 for run in runs if len(run.steps) > 1)
+    elif "costs" in shape:
         runs = [mtdecode.generate(model, PROMPT, Eagle(head, **shape), max_new_tokens=3, temperature=1.0, seed=seed)
                 for seed in range(20)]  # fmt: skip
         assert len({run.steps[1].drafted for run in runs if len(run.steps) > 1}) > 1
@@ -206,8 +270,11 @@ def test_sampling_matches_autoregressive(shape):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
-def test_the_test_rejects_a_wrong_tree_verifier(monkeypatch):
+@pytest.mark.parametrize(
+    "shape", [dict(depth=2, width=3, tree_size=5), dict(depth=1, width=1, costs=COSTS, depth_cost=0.0)]
+)
+def test_the_test_rejects_a_wrong_tree_verifier(monkeypatch, shape):
     monkeypatch.setattr(verification, "try_proposals", keep_rejected)
     _, head = small()
-    result = check(Eagle(head, depth=2, width=3, tree_size=5))
+    result = check(Eagle(head, **shape))
     assert not result.passed, f"the keep_rejected mutant went unnoticed: {result}"

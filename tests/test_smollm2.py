@@ -77,7 +77,7 @@ def test_the_shipped_eagle_head_loads_beats_an_untrained_one_and_eagle_greedy_eq
     """The EAGLE head ships in the repository (`load_model("smollm2-135m-eagle")`). With it, `Eagle` gives greedy's
     tokens on the real model (float32: any difference must start at a near tie), and verifies clearly more tokens
     per target forward than with an untrained head of the same shape (a fixed tree of 8 nodes for both, so the
-    comparison does not depend on the host's cost curve)."""
+    comparison does not depend on the host's cost curve; the head's tree alone, no copy)."""
     from mtdecode.strategies import Eagle
     from mtdecode.zoo.eagle import EagleHead
 
@@ -88,10 +88,10 @@ def test_the_shipped_eagle_head_loads_beats_an_untrained_one_and_eagle_greedy_eq
     untrained = EagleHead(model.config, head.embedding, model.hf.get_output_embeddings().weight, head.head_token_ids)
     ids = chat(PROMPTS[1])
     greedy = greedy_tokens(model, ids, NEW_TOKENS)
-    trained = mtdecode.generate(model, ids, Eagle(head, depth=4, width=3, tree_size=8), max_new_tokens=NEW_TOKENS)
+    shape = dict(depth=4, width=3, tree_size=8, lookup=0)
+    trained = mtdecode.generate(model, ids, Eagle(head, **shape), max_new_tokens=NEW_TOKENS)
     tie = first_divergence(model, ids, trained.tokens[0].tolist(), greedy)
     assert tie is None or tie.within_rounding, f"eagle parts from greedy without a near tie: {tie}"
-    shape = dict(depth=4, width=3, tree_size=8)
     plain = mtdecode.generate(model, ids, Eagle(untrained.eval(), **shape), max_new_tokens=NEW_TOKENS)
     assert trained.stats.tokens_per_forward > 1.5, trained.stats
     assert plain.stats.tokens_per_forward < 1.1, plain.stats
@@ -107,7 +107,28 @@ def test_the_shipped_eagle_heads_int8_form_accepts_as_much_and_eagle_greedy_equa
     ids = chat(PROMPTS[1])
     greedy = greedy_tokens(model, ids, NEW_TOKENS)
     int8 = mtdecode.load_model("smollm2-135m-eagle", quantize="int8")
-    fast = mtdecode.generate(model, ids, Eagle(int8, depth=4, width=3, tree_size=8), max_new_tokens=NEW_TOKENS)
+    shape = dict(depth=4, width=3, tree_size=8, lookup=0)
+    fast = mtdecode.generate(model, ids, Eagle(int8, **shape), max_new_tokens=NEW_TOKENS)
     tie = first_divergence(model, ids, fast.tokens[0].tolist(), greedy)
     assert tie is None or tie.within_rounding, f"eagle (int8 head) parts from greedy without a near tie: {tie}"
     assert fast.stats.tokens_per_forward > 1.5, fast.stats
+
+
+def test_eagle_with_its_copy_branch_equals_greedy_and_accepts_past_the_heads_depth_where_the_answer_quotes():
+    """A code-editing prompt, whose answer repeats the given code: `Eagle` with the copy (prompt lookup's guess as
+    one more branch of the tree) gives greedy's tokens (any difference must start at a near tie), and some steps
+    accept more tokens than the head's tree is deep (2), which only the copy can give. Fixed costs, so that the
+    tree-size rule chooses alike on every host."""
+    from mtdecode.drafting import DraftCosts
+    from mtdecode.strategies import Eagle
+
+    model, _ = default()
+    code = "def area(width, height):\n    return width * height\n"
+    ids = chat(f"Rename the function `area` to `rectangle_area`:\n\n{code}")
+    greedy = greedy_tokens(model, ids, NEW_TOKENS)
+    costs = DraftCosts(0.0, [1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35, 1.4, 1.45, 1.5, 1.55, 1.6, 1.65, 1.7, 1.75])
+    result = mtdecode.generate(model, ids, Eagle(depth=2, width=3, costs=costs, depth_cost=0.05),
+                               max_new_tokens=NEW_TOKENS)  # fmt: skip
+    tie = first_divergence(model, ids, result.tokens[0].tolist(), greedy)
+    assert tie is None or tie.within_rounding, f"eagle with a copy parts from greedy without a near tie: {tie}"
+    assert max(result.stats.accepted_lengths) > 2, result.stats

@@ -10,10 +10,19 @@ distribution over the head's tokens. One step, for every row of the batch at onc
            newest nodes (fed their parents' predicted features, a tree mask among them), and the
            `width` best children of all of them by path value (the product of the head's
            probabilities from the root), as EAGLE-2 expands;
-2. size:   rank every node by path value and keep the best N, which is a subtree since a child is
-           never worth more than its parent; N maximises E(N) - r T(N), E(N) = 1 + the kept values'
-           sum (the head's own guess of the tokens a step yields), T(N) the measured cost of a
-           target forward over N + 1 tokens, r the row's rate so far (`mtdecode.drafting`);
+   copy:   with `lookup` on (the default), prompt lookup's guess joins the tree as one more branch
+           from x0: the tokens that followed the latest earlier occurrence of the text's last
+           n-gram (`mtdecode.strategies.prompt_lookup.lookup`), down the tree while a node carries
+           the copy's next token, then as new nodes. Answers that quote (code editing, summaries)
+           accept long copies, deeper than the head's few depths reach;
+2. size:   rank every node by its worth and keep the best N, which is a subtree since a child is
+           never worth more than its parent. A node's worth is its chance of acceptance: the
+           head's path value calibrated by the row's record (with a fixed `tree_size`, the path
+           value as it is), and on the copy at least the chance that the copy holds that far (the
+           row's `CopyRecord`). N maximises E(N) - r T(N),
+           E(N) = 1 + the kept worths' sum (the tokens a step is expected to yield), T(N) the
+           measured cost of a target forward over N + 1 tokens, r the row's rate so far
+           (`mtdecode.drafting`);
 3. verify: one target forward over x0 and the N nodes with the shared tree mask
            (`mtdecode.masks.tree`), which also returns the target's features;
 4. accept: every root-to-leaf path is a candidate; the shared one-hot multi-candidate rule
@@ -42,6 +51,7 @@ from mtdecode.cache import KVCache
 from mtdecode.drafting import DraftCosts, DraftLength, check_counts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.session import Session, Step
+from mtdecode.strategies.prompt_lookup import CopyRecord, lookup
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import Verdict, verify_logits
 from mtdecode.zoo.eagle import EagleHead
@@ -61,6 +71,9 @@ class Eagle:
     - `width`: W, nodes kept per depth (top-W children; at least 1).
     - `tree_size`: a fixed number of verified nodes N (at most D x W); None (the default): each step's N
       from the measured forward-cost curve (step 2).
+    - `lookup`: copy up to this many tokens as prompt lookup does, as one more branch of the tree (10, the
+      default; 0: no copy, the head's tree alone).
+    - `ngram`: the longest n-gram the copy matches (shorter ones are tried if it has none).
     - `costs`: the target's forward costs for step 2 (None: measured on this host, `mtdecode.tuning`).
     - `depth_cost`: what growing the tree one more depth costs (a head forward over W nodes, their scores and
       the choice of children), in units of a 1-token target forward; None: measured on this host
@@ -71,13 +84,17 @@ class Eagle:
     depth: int = 5
     width: int = 4
     tree_size: int | None = None
+    lookup: int = 10
+    ngram: int = 3
     costs: DraftCosts | None = None
     depth_cost: float | None = None
     #: output identical to greedy decoding at temperature 0, distributed as p when sampling
     exact: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        check_counts(self, ("depth", "width", "tree_size"), optional=["tree_size"])
+        check_counts(self, ("depth", "width", "tree_size", "ngram"), optional=["tree_size"])
+        if isinstance(self.lookup, bool) or not isinstance(self.lookup, int) or self.lookup < 0:
+            raise ValueError(f"lookup must be an integer >= 0 (0: no copy), got {self.lookup!r}")
         if self.head is not None and not isinstance(self.head, EagleHead):
             raise TypeError(f"head must be an mtdecode.zoo.eagle.EagleHead, got {type(self.head).__name__}")
         if self.tree_size is not None and self.tree_size > self.depth * self.width:
@@ -87,11 +104,13 @@ class Eagle:
         head = head_runner(s, self.head if self.head is not None else shipped_head(s.target.model))
         size = None
         if self.tree_size is None:
-            costs = self.costs or DraftCosts(0.0, tuning.cost_curve(s.target.model, self.depth * self.width + 1))
+            longest = self.depth * self.width + self.lookup + 1
+            costs = self.costs or DraftCosts(0.0, tuning.cost_curve(s.target.model, longest))
             size = DraftLength(costs, s.batch, s.device)
         depth_cost = self.depth_cost
         if depth_cost is None:  # only the rule weighs it
             depth_cost = 0.0 if size is None else measure_depth_cost(s.target.model, head.model, self.width)
+        record = CopyRecord(s.batch) if self.lookup else None
         # the first step: a plain forward over the prompts, whose features the head then reads
         logits, features = s.target.extend_features(s.unread(s.target), logits_to_keep=1)
         s.target.cache.commit()
@@ -101,13 +120,20 @@ class Eagle:
         yield steps
         while not s.done:
             tree = grow_tree(s, head, root, self.depth, self.width, size, depth_cost)  # step 1
-            n, worth = tree_size(s, tree, self.tree_size, size)  # step 2
+            if record is not None:  # step 1, the copy
+                room = s.budget(self.lookup).tolist()
+                copies = [lookup(row, self.ngram, k) for row, k in zip(s.tokens, room, strict=True)]
+                tree = graft(tree, copies, record)
+            n, worth = tree_size(s.active, tree, self.tree_size, size)  # step 2
             chosen, rank = best_nodes(worth, int(n.max()))  # the widest row's; row b verifies its best n[b]
-            verdict, path, features = verify_tree(s, tree, chosen, rank < n[:, None])  # steps 3 and 4
+            valid = rank < n[:, None]
+            verdict, path, features = verify_tree(s, tree, chosen, valid)  # steps 3 and 4
             steps = commit(s, verdict, path, n)  # step 5
             if size is not None:  # the row's head forwards: the one that read its features, then one per depth
                 size.record(n, verdict.accepted, extra_cost=tree.limit.double() * depth_cost)
-                calibrate(s, size, tree, chosen, rank < n[:, None], path)
+                calibrate(s, size, tree, chosen, valid & (chosen < tree.head_nodes), path)  # the head's nodes
+            if record is not None:
+                record.add(*copy_outcome(tree, chosen, valid, path))
             rows = torch.arange(s.batch, device=s.device)[:, None]
             fresh = features[rows, torch.cat([path.new_zeros(path.shape[0], 1), path + 1], dim=1).clamp(min=0)]
             root = read_features(s, head, [fresh[b, : int(a) + 1] for b, a in enumerate(verdict.accepted)], root)
@@ -281,6 +307,10 @@ class Tree:
     - `chance`: with the tree-size rule, the node's chance of acceptance: the product, from the root, of
       P(accepted | parent accepted), each calibrated from the confidence by the row's record
       (`DraftLength.calibrated`); never more than its parent's.
+    - `head_nodes`: the nodes the head drafted are the first `head_nodes` of every row; the copy's new nodes
+      follow them (`graft`), then padding (value and chance -1, never verified);
+    - `copy`: the node's place on the row's copy (1, 2, ...; 0 off it); `copy_chance`: the chance that the copy
+      holds to the node (-1 off it). Both None without a copy.
     """
 
     tokens: Int[Tensor, "batch node"]
@@ -290,6 +320,9 @@ class Tree:
     value: Float[Tensor, "batch node"]
     limit: Int[Tensor, " batch"]
     chance: Float[Tensor, "batch node"] | None = None
+    head_nodes: int = 0
+    copy: Int[Tensor, "batch node"] | None = None
+    copy_chance: Float[Tensor, "batch node"] | None = None
 
 
 def grow_tree(
@@ -353,24 +386,93 @@ def grow_tree(
     level_depth = [torch.full((batch, width), d + 1, dtype=torch.long, device=device) for d in range(len(levels))]
     tokens, parent, confidence, value = (torch.cat(parts, dim=1) for parts in zip(*levels, strict=True))
     chance = None if size is None else torch.cat(chances, dim=1)
-    return Tree(tokens, parent, torch.cat(level_depth, dim=1), confidence, value, limit, chance)
+    return Tree(tokens, parent, torch.cat(level_depth, dim=1), confidence, value, limit, chance, tokens.shape[1])
+
+
+def graft(tree: Tree, copies: Sequence[list[int]], record: CopyRecord) -> Tree:
+    """Step 1, the copy: row b's copied tokens `copies[b]` join its tree as a branch from x0. The copy follows the
+    tree while a node carries its next token (siblings never share a token, so there is one such node at most);
+    the rest of it hangs below as new nodes. The copy's token i is worth the chance that tokens 1..i hold, the
+    product of the row's `CopyRecord` rates, which falls along the copy: a node's worth stays at most its
+    parent's. The copy reads the committed text only, never p."""
+    batch, drafted = tree.tokens.shape
+    tokens, parent, depth = tree.tokens.tolist(), tree.parent.tolist(), tree.depth.tolist()
+    place = [[0] * drafted for _ in range(batch)]  # the node's place on the copy
+    for b, copy in enumerate(copies):
+        node, follows = -1, 0  # the node the copy has reached (-1: x0), and how many of its tokens the tree holds
+        for token in copy:
+            child = [j for j in range(drafted) if parent[b][j] == node and tokens[b][j] == token]
+            if not child:
+                break
+            node, follows = child[0], follows + 1
+            place[b][node] = follows
+        for i in range(follows, len(copy)):  # the copy's own nodes, each below the one before
+            tokens[b].append(copy[i])
+            parent[b].append(node)
+            depth[b].append(depth[b][node] + 1 if node >= 0 else 1)
+            place[b].append(i + 1)
+            node = len(tokens[b]) - 1
+    width = max(map(len, tokens))
+    device = tree.tokens.device
+
+    def as_tensor(rows: list[list[int]], pad: int) -> Int[Tensor, "batch grafted"]:
+        return torch.tensor([row + [pad] * (width - len(row)) for row in rows], dtype=torch.long, device=device)
+
+    copy = as_tensor(place, 0)
+    holds = record.chances(max(map(len, copies), default=0)).cumprod(1).to(device)  # (batch, copy): 1..i hold
+    copy_chance = torch.full((batch, width), -1.0, dtype=torch.float64, device=device)
+    if holds.shape[1]:
+        copy_chance = torch.where(copy > 0, holds.gather(1, (copy - 1).clamp(min=0)), copy_chance)
+    extra = width - drafted
+
+    def extended(values: Float[Tensor, "batch drafted"] | None, pad: float) -> Float[Tensor, "batch grafted"] | None:
+        return None if values is None else torch.cat([values, values.new_full((batch, extra), pad)], dim=1)
+
+    new = torch.arange(width, device=device) >= drafted  # the copy's own nodes and padding
+    return Tree(
+        tokens=as_tensor(tokens, 0),
+        parent=as_tensor(parent, -1),
+        depth=as_tensor(depth, 1),
+        confidence=extended(tree.confidence, 0.0),
+        value=torch.where(new & (copy == 0), -1.0, extended(tree.value, 0.0)),
+        limit=tree.limit,
+        chance=None if tree.chance is None else torch.where(new & (copy == 0), -1.0, extended(tree.chance, 0.0)),
+        head_nodes=drafted,
+        copy=copy,
+        copy_chance=copy_chance,
+    )
+
+
+def copy_outcome(
+    tree: Tree, chosen: Int[Tensor, "batch n"], valid: Bool[Tensor, "batch n"], path: Int[Tensor, "batch depth"]
+) -> tuple[Int[Tensor, " batch"], Int[Tensor, " batch"]]:
+    """After step 4, for the row's `CopyRecord`: how many of the copy's tokens were verified (a prefix of the copy,
+    since its worth falls along it) and how many of them were accepted (the accepted path's nodes on the copy)."""
+    on_copy = tree.copy.gather(1, chosen) > 0  # (batch, n)
+    verified = (on_copy & valid).sum(1)
+    accepted = ((path >= 0) & on_copy.gather(1, path.clamp(min=0))).sum(1)
+    return verified.cpu(), accepted.cpu()
 
 
 def tree_size(
-    s: Session, tree: Tree, fixed: int | None, size: DraftLength | None
+    active: Bool[Tensor, " batch"], tree: Tree, fixed: int | None, size: DraftLength | None
 ) -> tuple[Int[Tensor, " batch"], Float[Tensor, "batch node"]]:
-    """Step 2: how many nodes each row verifies (0 for a finished row), and the worth by which its best are
+    """Step 2: how many nodes each row verifies (0 for a row not `active`), and the worth by which its best are
     chosen: with the rule, each node's chance of acceptance as the row's record calibrates it (-1 below the row's
-    depth limit), else the head's path value."""
+    depth limit), else the head's path value; on the copy, at least the copy's chance of holding to the node.
+    Padding is worth -1 and never counts."""
     if fixed is not None:
-        return torch.where(s.active, min(fixed, tree.tokens.shape[1]), 0), tree.value
-    usable = tree.depth <= tree.limit[:, None]
-    worth = torch.where(usable, tree.chance, -1.0)
+        worth = tree.value if tree.copy is None else torch.maximum(tree.value, tree.copy_chance)
+        return torch.where(active, (worth >= 0).sum(1).clamp(max=fixed), 0), worth
+    worth = torch.where(tree.depth <= tree.limit[:, None], tree.chance, -1.0)
+    if tree.copy is not None:  # a node on the copy is worth at least the copy's chance of holding to it
+        worth = torch.maximum(worth, tree.copy_chance)
+    usable = worth >= 0
     ranked = worth.sort(dim=1, descending=True).values.clamp(min=0)  # (batch, node)
-    ones = torch.ones(s.batch, 1, dtype=torch.float64, device=s.device)
+    ones = torch.ones(active.shape[0], 1, dtype=torch.float64, device=active.device)
     expected = torch.cat([ones, 1 + ranked.cumsum(1)], dim=1)  # E(0..node)
-    n = size.plan_expected(expected, torch.where(s.active, usable.sum(1), 0))
-    return torch.where(s.active, n, 0), worth
+    n = size.plan_expected(expected, torch.where(active, usable.sum(1), 0))
+    return torch.where(active, n, 0), worth
 
 
 def calibrate(
