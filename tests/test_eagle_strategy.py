@@ -22,8 +22,7 @@ import mtdecode
 from mtdecode import Sampler, verification
 from mtdecode.drafting import DraftCosts
 from mtdecode.strategies import Autoregressive
-from mtdecode.strategies.eagle import Eagle, Tree, best_nodes, graft, tree_size
-from mtdecode.strategies.prompt_lookup import CopyRecord
+from mtdecode.strategies.eagle import Copy, Eagle, Tree, best_nodes, graft, tree_size
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import check_distribution
 from mtdecode.zoo import int8
@@ -156,13 +155,14 @@ def test_a_copy_follows_the_tree_while_it_can_then_hangs_new_nodes_below():
     depth = torch.tensor([[1, 1, 2, 2]] * 3)
     value = torch.tensor([[0.5, 0.3, 0.2, 0.1]] * 3, dtype=torch.float64)
     tree = Tree(tokens, parent, depth, value.clone(), value, torch.full((3,), 2), value.clone(), 4)
-    grafted = graft(tree, [[5, 7, 9, 10], [8], []], CopyRecord(3))
+    holds = [1 / 2, 1 / 2 * 2 / 3, 1 / 2 * 2 / 3 * 3 / 4, 1 / 2 * 2 / 3 * 3 / 4 * 4 / 5]  # CopyRecord's prior
+    copy = Copy([[5, 7, 9, 10], [8], []], torch.tensor([holds, [holds[0], -1, -1, -1], [-1] * 4]))
+    grafted = graft(tree, copy)
     assert grafted.head_nodes == 4
     assert grafted.tokens[:2].tolist() == [[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 8, 0]]
     assert grafted.parent[:2].tolist() == [[-1, -1, 0, 1, 2, 4], [-1, -1, 0, 1, -1, -1]]
     assert grafted.depth[0].tolist() == [1, 1, 2, 2, 3, 4]
     assert grafted.copy.tolist() == [[1, 0, 2, 0, 3, 4], [0, 0, 0, 0, 1, 0], [0] * 6]
-    holds = [1 / 2, 1 / 2 * 2 / 3, 1 / 2 * 2 / 3 * 3 / 4, 1 / 2 * 2 / 3 * 3 / 4 * 4 / 5]  # the prior: 1/2, 2/3, ...
     assert grafted.copy_chance[0].tolist() == pytest.approx([holds[0], -1, holds[1], -1, holds[2], holds[3]])
     assert grafted.value[1].tolist() == pytest.approx([0.5, 0.3, 0.2, 0.1, 0.0, -1.0])  # the copy's node, padding
     assert grafted.chance[2, 4:].tolist() == [-1.0, -1.0]

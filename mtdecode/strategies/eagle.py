@@ -119,11 +119,10 @@ class Eagle:
         root = read_features(s, head, [features[b, width - n :] for b, n in enumerate(s.prompt_lengths)], None)
         yield steps
         while not s.done:
-            tree = grow_tree(s, head, root, self.depth, self.width, size, depth_cost)  # step 1
-            if record is not None:  # step 1, the copy
-                room = s.budget(self.lookup).tolist()
-                copies = [lookup(row, self.ngram, k) for row, k in zip(s.tokens, room, strict=True)]
-                tree = graft(tree, copies, record)
+            copy = None if record is None else find_copies(s, self.lookup, self.ngram, record)  # step 1, the copy
+            tree = grow_tree(s, head, root, self.depth, self.width, size, depth_cost, copy)  # step 1
+            if copy is not None:
+                tree = graft(tree, copy)
             n, worth = tree_size(s.active, tree, self.tree_size, size)  # step 2
             chosen, rank = best_nodes(worth, int(n.max()))  # the widest row's; row b verifies its best n[b]
             valid = rank < n[:, None]
@@ -325,6 +324,43 @@ class Tree:
     copy_chance: Float[Tensor, "batch node"] | None = None
 
 
+@dataclass(frozen=True)
+class Copy:
+    """Each row's copy (step 1): `tokens[b]`, the tokens prompt lookup copied for row b (maybe none), and `holds`,
+    the chance that the copy's tokens 1..i all hold, the product of the row's `CopyRecord` rates (column i - 1;
+    -1 past the row's copy)."""
+
+    tokens: list[list[int]]
+    holds: Float[Tensor, "batch copy"]
+
+    def follows(self, tokens: Int[Tensor, "batch node"], depth: int) -> Bool[Tensor, "batch node"]:
+        """Which of the nodes at `depth` carry their row's copied token at that depth."""
+        if depth > self.holds.shape[1]:
+            return torch.zeros_like(tokens, dtype=torch.bool)
+        column = [row[depth - 1] if len(row) >= depth else -1 for row in self.tokens]
+        return tokens == torch.tensor(column, device=tokens.device)[:, None]
+
+    def holds_at(self, depth: int) -> Float[Tensor, "batch 1"]:
+        """The chance that each row's copy holds to `depth` (-1 past its end)."""
+        if depth > self.holds.shape[1]:
+            return self.holds.new_full((self.holds.shape[0], 1), -1.0)
+        return self.holds[:, depth - 1 : depth]
+
+
+def find_copies(s: Session, most: int, ngram: int, record: CopyRecord) -> Copy:
+    """Step 1, the copy: up to `most` tokens per row that followed the latest earlier occurrence of its last n-gram
+    (`mtdecode.strategies.prompt_lookup.lookup`; no more than the row's budget leaves room for), with the chances
+    that they hold by the row's record. The copy reads the committed text only, never p."""
+    room = s.budget(most).tolist()
+    tokens = [lookup(row, ngram, k) for row, k in zip(s.tokens, room, strict=True)]
+    longest = max(map(len, tokens), default=0)
+    holds = record.chances(longest).cumprod(1).to(s.device)  # (batch, copy)
+    short = (
+        torch.arange(longest, device=s.device) >= torch.tensor([len(row) for row in tokens], device=s.device)[:, None]
+    )
+    return Copy(tokens, holds.masked_fill(short, -1.0))
+
+
 def grow_tree(
     s: Session,
     head: HeadRunner,
@@ -333,6 +369,7 @@ def grow_tree(
     width: int,
     size: DraftLength | None = None,
     depth_cost: float = 0.0,
+    copy: Copy | None = None,
 ) -> Tree:
     """Step 1: up to D depths of W nodes per row, each depth the best W children of the one before by path value.
 
@@ -340,8 +377,9 @@ def grow_tree(
     row's tree stops growing once its newest depth cannot pay for another (`Tree.limit`): the children of a depth
     are together never likelier to be accepted than their parents, so another depth adds at most the newest
     depth's chances to a step, against `depth_cost` (one more head forward, in units of a 1-token target forward)
-    at the row's rate so far. The head keeps growing while any row does; a row that stopped ignores the rest, so
-    it drafts what it would alone."""
+    at the row's rate so far. A node on the row's `copy` (its path is the copy's first tokens) counts only with what
+    its chance adds to the copy's, since the copy is verified anyway. The head keeps growing while any row does; a
+    row that stopped ignores the rest, so it drafts what it would alone."""
     model = head.model
     batch, device = s.batch, s.device
     rows = torch.arange(batch, device=device)[:, None]
@@ -354,12 +392,14 @@ def grow_tree(
     levels = [(tokens, parent, value, value)]
     chance = None if size is None else size.calibrated(value)  # (batch, W): P(accepted), depth 1
     chances = [chance]
+    on_copy = None if copy is None else copy.follows(tokens, 1)  # (batch, W): the path is the copy's start
     limit = torch.full((batch,), depth, dtype=torch.long, device=device)  # each row's last useful depth
     entries = torch.empty(batch, 0, dtype=torch.long, device=device)  # the head's pending entries' parents
     frontier_entry = torch.full((batch, width), -1, dtype=torch.long, device=device)  # parents' entries
     for d in range(2, depth + 1):
         if chance is not None:
-            pays = s.active & (chance.sum(1) > size.rate() * depth_cost)
+            gain = chance if on_copy is None else torch.where(on_copy, chance - copy.holds_at(d - 1), chance)
+            pays = s.active & (gain.clamp(min=0).sum(1) > size.rate() * depth_cost)
             limit = torch.where((limit == depth) & ~pays, d - 1, limit)
             if not bool((limit == depth).any()):
                 break
@@ -382,6 +422,8 @@ def grow_tree(
         if chance is not None:  # P(accepted | parent accepted), calibrated, times the parent's chance
             chance = size.calibrated(confidence) * chance.gather(1, chosen)
             chances.append(chance)
+        if on_copy is not None:
+            on_copy = on_copy.gather(1, chosen) & copy.follows(tokens, d)
     head.cache.crop(head.cache.lengths)  # the tree's entries go: the next step feeds the target's real features
     level_depth = [torch.full((batch, width), d + 1, dtype=torch.long, device=device) for d in range(len(levels))]
     tokens, parent, confidence, value = (torch.cat(parts, dim=1) for parts in zip(*levels, strict=True))
@@ -389,25 +431,24 @@ def grow_tree(
     return Tree(tokens, parent, torch.cat(level_depth, dim=1), confidence, value, limit, chance, tokens.shape[1])
 
 
-def graft(tree: Tree, copies: Sequence[list[int]], record: CopyRecord) -> Tree:
-    """Step 1, the copy: row b's copied tokens `copies[b]` join its tree as a branch from x0. The copy follows the
-    tree while a node carries its next token (siblings never share a token, so there is one such node at most);
-    the rest of it hangs below as new nodes. The copy's token i is worth the chance that tokens 1..i hold, the
-    product of the row's `CopyRecord` rates, which falls along the copy: a node's worth stays at most its
-    parent's. The copy reads the committed text only, never p."""
+def graft(tree: Tree, copy: Copy) -> Tree:
+    """Step 1, the copy: row b's copied tokens join its tree as a branch from x0. The copy follows the tree while a
+    node carries its next token (siblings never share a token, so there is one such node at most); the rest of it
+    hangs below as new nodes. The copy's token i is worth the chance that tokens 1..i hold (`Copy.holds`), which
+    falls along the copy: a node's worth stays at most its parent's."""
     batch, drafted = tree.tokens.shape
     tokens, parent, depth = tree.tokens.tolist(), tree.parent.tolist(), tree.depth.tolist()
     place = [[0] * drafted for _ in range(batch)]  # the node's place on the copy
-    for b, copy in enumerate(copies):
+    for b, copied in enumerate(copy.tokens):
         node, follows = -1, 0  # the node the copy has reached (-1: x0), and how many of its tokens the tree holds
-        for token in copy:
+        for token in copied:
             child = [j for j in range(drafted) if parent[b][j] == node and tokens[b][j] == token]
             if not child:
                 break
             node, follows = child[0], follows + 1
             place[b][node] = follows
-        for i in range(follows, len(copy)):  # the copy's own nodes, each below the one before
-            tokens[b].append(copy[i])
+        for i in range(follows, len(copied)):  # the copy's own nodes, each below the one before
+            tokens[b].append(copied[i])
             parent[b].append(node)
             depth[b].append(depth[b][node] + 1 if node >= 0 else 1)
             place[b].append(i + 1)
@@ -418,27 +459,26 @@ def graft(tree: Tree, copies: Sequence[list[int]], record: CopyRecord) -> Tree:
     def as_tensor(rows: list[list[int]], pad: int) -> Int[Tensor, "batch grafted"]:
         return torch.tensor([row + [pad] * (width - len(row)) for row in rows], dtype=torch.long, device=device)
 
-    copy = as_tensor(place, 0)
-    holds = record.chances(max(map(len, copies), default=0)).cumprod(1).to(device)  # (batch, copy): 1..i hold
+    places = as_tensor(place, 0)
     copy_chance = torch.full((batch, width), -1.0, dtype=torch.float64, device=device)
-    if holds.shape[1]:
-        copy_chance = torch.where(copy > 0, holds.gather(1, (copy - 1).clamp(min=0)), copy_chance)
+    if copy.holds.shape[1]:
+        copy_chance = torch.where(places > 0, copy.holds.gather(1, (places - 1).clamp(min=0)), copy_chance)
     extra = width - drafted
 
     def extended(values: Float[Tensor, "batch drafted"] | None, pad: float) -> Float[Tensor, "batch grafted"] | None:
         return None if values is None else torch.cat([values, values.new_full((batch, extra), pad)], dim=1)
 
-    new = torch.arange(width, device=device) >= drafted  # the copy's own nodes and padding
+    padding = (torch.arange(width, device=device) >= drafted) & (places == 0)
     return Tree(
         tokens=as_tensor(tokens, 0),
         parent=as_tensor(parent, -1),
         depth=as_tensor(depth, 1),
         confidence=extended(tree.confidence, 0.0),
-        value=torch.where(new & (copy == 0), -1.0, extended(tree.value, 0.0)),
+        value=torch.where(padding, -1.0, extended(tree.value, 0.0)),
         limit=tree.limit,
-        chance=None if tree.chance is None else torch.where(new & (copy == 0), -1.0, extended(tree.chance, 0.0)),
+        chance=None if tree.chance is None else torch.where(padding, -1.0, extended(tree.chance, 0.0)),
         head_nodes=drafted,
-        copy=copy,
+        copy=places,
         copy_chance=copy_chance,
     )
 
