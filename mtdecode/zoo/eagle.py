@@ -19,13 +19,17 @@ next-token distribution (renormalised over the head's tokens). `mtdecode.strateg
 drafts token trees with it.
 
 **Why EAGLE-1's single top-layer feature, not EAGLE-3's fused low/mid/high features with
-training-time test.** Training-time test fights errors that compound with draft depth. In the
-pilot (192 chat prompts, 600 steps) the head's chance of being right at depth d given depths
-1..d-1 were right stayed flat: 44.0%, then 18.7/44.0 = 42.5%, then 7.6/18.7 = 40.6%. So the
-limit was the first guess, not compounding. Fused features need three hidden states from every
-verifying forward and a 3H -> H fuse. That costs more per step, on a target whose whole
-forward is only 30 layers of width 576. The pilot did not measure EAGLE-3, so this choice
-rests on that argument and not on a side-by-side run.
+training-time test.** Training-time test fights errors that compound with draft depth, but the
+head's chance of being right at depth d, given depths 1..d-1 were right, does not fall with d
+(`evaluate`; in the first pilot, 192 chat prompts and 600 steps: 44.0%, 42.5%, 40.6%): the
+first guess is the limit. For the first guess, `benchmarks/eagle3_pilot.py` trained three heads
+from the same start on the same windows of the chat, two-turn chat and question answers (896
+sequences, 800 steps each) and scored them on 56 held-out sequences (5,812 answer positions):
+EAGLE-1 as shipped 43.7%; the same input with EAGLE-3's loss (the cross-entropy alone) 42.7%;
+EAGLE-3's input (layers 2, 15 and 27 fused, 3H -> H) with that loss 43.2%. The fused input
+gained 0.5 points over the top feature under the same loss, within a pilot's noise, and EAGLE-1's
+loss did best; the fusion would cost a 3H -> H product for every committed token and three
+hidden states from every verifying forward. So the head stays EAGLE-1.
 
 The recipe, resumable at every stage:
 

@@ -1,0 +1,142 @@
+"""A pilot, side by side: EAGLE-1's input (the target's top feature) against EAGLE-3's (a low, a middle and a high
+layer's hidden states, fused), for a head drafting for SmolLM2-135M-Instruct.
+
+EAGLE-3 (Li et al., 2025) changes two things: the head reads a fusion of three layers' hidden states instead of
+the top one, and it is trained with "training-time test" (fed its own predictions for further depths). The
+second fights errors that compound with depth; `mtdecode.zoo.eagle`'s evaluation shows the head's chance of being
+right at depth d, given the depths before it were, roughly flat, so the first guess is what limits it. This pilot
+measures the first: three heads trained from the same start on the same windows, for the same number of steps,
+then scored on held-out answers (teacher forced; how often the head's first guess is the target's next token):
+
+- `EAGLE-1`: the top feature f_t (after the final norm, what the output layer reads), EAGLE-1's loss (SmoothL1 on
+  the next feature + 0.1 x cross-entropy against the target's distribution), as the shipped head;
+- `EAGLE-1, token loss`: the same input, the cross-entropy alone (EAGLE-3's loss), to separate the two changes;
+- `EAGLE-3 input`: g_t = W [l_t ; m_t ; h_t] (3H -> H) from the outputs of layers 2, 15 and 27 of 30, then the
+  same head on g_t, the cross-entropy alone.
+
+The data are the recipe's chat, two-turn chat and question answers (`python -m mtdecode.zoo.eagle data --work
+WORK`); the three layers' states come from one target forward over each sequence.
+
+    python benchmarks/eagle3_pilot.py --work build/eagle [--steps 800]
+"""
+
+import argparse
+import math
+import time
+
+import torch
+from torch import nn
+
+import mtdecode
+from mtdecode.zoo.eagle import EagleHead, build_head, eagle_loss, load_records
+
+KINDS = ["chat", "conversation", "question"]
+LAYERS = (2, 15, 27)  # outputs of these layers (hidden_states[i] is layer i's output; 0 is the embedding)
+
+
+class FusedHead(nn.Module):
+    """EAGLE-3's input: three layers' hidden states fused into one H-wide vector, then an `EagleHead` on it."""
+
+    def __init__(self, head: EagleHead) -> None:
+        super().__init__()
+        hidden = head.embedding.shape[1]
+        self.reduce = nn.Linear(len(LAYERS) * hidden, hidden, bias=False)
+        self.head = head
+
+    def forward(self, states, next_tokens, positions):
+        return self.head(self.reduce(states), next_tokens, positions)
+
+
+def with_layers(target, records: list[dict]) -> list[dict]:
+    """Each record with `states`: the outputs of `LAYERS`, concatenated, `(tokens, 3 hidden)`, in float16."""
+    out = []
+    with torch.no_grad():
+        for r in records:
+            hidden = target(r["tokens"][None], output_hidden_states=True).hidden_states
+            out.append({**r, "states": torch.cat([hidden[i][0] for i in LAYERS], dim=-1).half()})
+    return out
+
+
+def token_loss(head: EagleHead, predicted, features) -> torch.Tensor:
+    """The cross-entropy of the head's distribution against the target's (on the head's tokens)."""
+    p = torch.softmax(head.logits(features[:, 1:]).float(), dim=-1)
+    return -(p * torch.log_softmax(head.logits(predicted).float(), dim=-1)).sum(-1).mean()
+
+
+def loss(variant: str, model: nn.Module, batch: dict) -> torch.Tensor:
+    features, tokens = batch["features"], batch["tokens"]
+    positions = torch.arange(tokens.shape[1] - 1).expand(tokens.shape[0], -1)
+    if variant == "EAGLE-1":
+        return eagle_loss(model, features, tokens)[0]
+    if variant == "EAGLE-1, token loss":
+        return token_loss(model, model(features[:, :-1], tokens[:, 1:], positions), features)
+    predicted = model(batch["states"][:, :-1], tokens[:, 1:], positions)
+    return token_loss(model.head, predicted, features)
+
+
+def first_guess(variant: str, model: nn.Module, records: list[dict]) -> tuple[int, int]:
+    """Held-out answers, teacher forced: (positions where the first guess is the target's token, positions)."""
+    head = model.head if isinstance(model, FusedHead) else model
+    hits = count = 0
+    with torch.no_grad():
+        for r in records:
+            inputs = r["states" if variant == "EAGLE-3 input" else "features"][None].float()
+            tokens, n = r["tokens"][None], r["tokens"].shape[0]
+            predicted = model(inputs[:, :-1], tokens[:, 1:], torch.arange(n - 1)[None])
+            guess = head.head_token_ids[head.logits(predicted[0, :-1]).argmax(-1)]
+            answer = torch.arange(n - 2) + 2 >= r["answer_start"]
+            hits += int(((guess == tokens[0, 2:]) & answer).sum())
+            count += int(answer.sum())
+    return hits, count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", required=True, help="the recipe's work folder, with its data and held-out data")
+    parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--window", type=int, default=256)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    args = parser.parse_args()
+    if min(args.steps, args.batch, args.window) < 1:
+        parser.error("--steps, --batch and --window must be at least 1")
+    target = mtdecode.load_model().hf
+    start = time.perf_counter()
+    records = with_layers(target, [r for kind in KINDS for r in load_records(args.work, kind)])
+    held_out = with_layers(target, [r for kind in KINDS for r in load_records(args.work, kind, held_out=True)])
+    tokens = sum(len(r["tokens"]) for r in records)
+    print(f"{len(records)} training sequences ({tokens} tokens), {len(held_out)} held out, layers {LAYERS}: "
+          f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
+    head_tokens = build_head(target, records).head_token_ids
+    for variant in ("EAGLE-1", "EAGLE-1, token loss", "EAGLE-3 input"):
+        torch.manual_seed(0)  # the same start for the shared head
+        model = build_head(target, records, head_tokens)
+        if variant == "EAGLE-3 input":
+            model = FusedHead(model)
+        optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
+        generator = torch.Generator().manual_seed(0)  # the same windows for every variant
+        start = time.perf_counter()
+        for step in range(args.steps):
+            chosen = torch.randint(0, len(records), (args.batch,), generator=generator).tolist()
+            length = min(args.window, *(len(records[i]["tokens"]) for i in chosen))
+            starts = [int(torch.randint(0, len(records[i]["tokens"]) - length + 1, (1,), generator=generator))
+                      for i in chosen]  # fmt: skip
+            batch = {key: torch.stack([records[i][key][a : a + length] for i, a in zip(chosen, starts, strict=True)])
+                     for key in ("features", "tokens", "states")}  # fmt: skip
+            batch["features"], batch["states"] = batch["features"].float(), batch["states"].float()
+            for group in optimiser.param_groups:  # the recipe's schedule: warm-up, then a cosine to a tenth
+                group["lr"] = (
+                    args.lr * min(1.0, (step + 1) / 100) * (0.55 + 0.45 * math.cos(math.pi * step / args.steps))
+                )
+            value = loss(variant, model, batch)
+            optimiser.zero_grad()
+            value.backward()
+            optimiser.step()
+        hits, count = first_guess(variant, model, held_out)
+        seconds = time.perf_counter() - start
+        print(f"  {variant:20s} held-out first guess {hits / count:.1%} ({hits}/{count}); "
+              f"last loss {float(value.detach()):.3f}; {args.steps} steps in {seconds:.0f} s", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
