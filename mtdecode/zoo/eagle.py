@@ -20,7 +20,7 @@ drafts token trees with it.
 
 **Why EAGLE-1's single top-layer feature, not EAGLE-3's fused low/mid/high features with
 training-time test.** Training-time test fights errors that compound with draft depth, but the
-head's chance of being right at depth d, given depths 1..d-1 were right, does not fall with d
+head's chance of being right at depth d, given depths 1..d-1 were right, hardly falls with d
 (`evaluate`; in the first pilot, 192 chat prompts and 600 steps: 44.0%, 42.5%, 40.6%): the
 first guess is the limit. For the first guess, `benchmarks/eagle3_pilot.py` trained three heads
 from the same start on the same windows of the chat, two-turn chat and question answers (896
