@@ -5,9 +5,9 @@ explicit boolean 4-D attention mask and a `KVCache`, and returns logits. Strateg
 never build transformers' arguments themselves; `Runner` (below) binds one model to
 one cache for the length of a `generate` call and counts its forward passes.
 
-Supported: decoder-only models whose forward takes `position_ids`, `past_key_values`
-and a ready-made 4-D mask, with the `sdpa` or `eager` attention implementation
-(transformers' Llama, Qwen2 and Mistral families among them). On construction a small
+Supported: decoder-only models whose forward takes `position_ids`, a cache (`cache`, or
+`past_key_values` before transformers 5.24) and a ready-made 4-D mask, with the `sdpa` or
+`eager` attention implementation (transformers' Llama, Qwen2 and Mistral families among them). On construction a small
 probe checks that the model really obeys a custom mask and explicit positions.
 """
 
@@ -19,7 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode import masks
-from mtdecode.cache import KVCache
+from mtdecode.cache import KVCache, cache_keyword
 from mtdecode.tensor_types import Bool, Float, Int, Mask4D, Positions, Tensor, TokenIds
 
 #: attention implementations that apply an arbitrary 4-D mask as given
@@ -51,6 +51,7 @@ class CausalLM:
         self.name = getattr(model.config, "name_or_path", "") or type(model).__name__
         self._sliding_window = _sliding_window(model.config)
         self._layer_types = _layer_types(model.config)
+        self._cache_keyword = cache_keyword(model.forward)
         if probe:
             _probe_custom_mask(self)
 
@@ -163,7 +164,7 @@ class CausalLM:
                 input_ids=input_ids,
                 position_ids=position_ids,
                 attention_mask=self._model_mask(mask, position_ids, cache),
-                past_key_values=cache.hf_cache,
+                **{self._cache_keyword: cache.hf_cache},
                 use_cache=True,
                 logits_to_keep=logits_to_keep,
                 output_hidden_states=output_hidden_states,
@@ -378,7 +379,9 @@ def _check_static_support(model) -> None:
     if getattr(model.config, "is_encoder_decoder", False):
         raise UnsupportedModelError(f"{name} is an encoder-decoder model; mtdecode decodes decoder-only models")
     params = inspect.signature(model.forward).parameters
-    missing = [p for p in ("position_ids", "past_key_values", "attention_mask") if p not in params]
+    missing = [p for p in ("position_ids", "attention_mask") if p not in params]
+    if cache_keyword(model.forward) is None:
+        missing.append("cache (or past_key_values)")
     if missing:
         raise UnsupportedModelError(f"{name}.forward does not take {', '.join(missing)}")
     attn = model.config._attn_implementation

@@ -6,6 +6,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from mtdecode import CausalLM, KVCache, UnsupportedModelError, masks
+from mtdecode.cache import cache_keyword
 from mtdecode.testing import tiny_model
 from mtdecode.testing.tolerance import rounding_tolerance
 
@@ -102,13 +103,15 @@ def test_refuses_attention_that_cannot_take_masks():
         CausalLM(model)
 
 
+CACHE = cache_keyword(LlamaForCausalLM.forward)  # the installed transformers' name for the cache argument
+
+
 class IgnoresMask(LlamaForCausalLM):
     """A model that silently drops custom masks: exactly what the probe must catch."""
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, **kwargs):
-        return super().forward(
-            input_ids=input_ids, position_ids=position_ids, past_key_values=past_key_values, **kwargs
-        )
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, past_key_values=None, **kw):
+        cache = cache if cache is not None else past_key_values  # `past_key_values`: the name before transformers 5.24
+        return super().forward(input_ids=input_ids, position_ids=position_ids, **{CACHE: cache}, **kw)
 
 
 def test_probe_catches_a_model_that_ignores_masks():

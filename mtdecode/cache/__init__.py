@@ -1,5 +1,5 @@
 """The KV-cache manager every strategy shares."""
 
-from mtdecode.cache.kv import KVCache
+from mtdecode.cache.kv import KVCache, cache_keyword
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "cache_keyword"]

@@ -30,6 +30,7 @@ packed. A long batched run therefore never keeps every rejected guess's entry: t
 has at most about twice the columns of its longest row. A batch of one never has holes.
 """
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -42,12 +43,19 @@ from mtdecode.tensor_types import Bool, Int, Tensor
 _PACK_AT_LEAST = 16
 
 
+def cache_keyword(forward) -> str | None:
+    """The keyword by which a transformers `forward` takes its KV cache: `cache` (transformers 5.24 renamed it) or
+    `past_key_values` (before; still accepted, with a warning, until 5.40); None if it takes neither."""
+    parameters = inspect.signature(forward).parameters
+    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
+
+
 class KVCache:
     """Keys and values of one model for a batch of rows, with the rows' validity and positions per column.
 
-    Wraps a transformers `DynamicCache` (passed to the model as `past_key_values`; the model
-    appends new columns to it) and edits its layers in place. `record` must follow every
-    forward pass (`CausalLM.forward` calls it).
+    Wraps a transformers `DynamicCache` (passed to the model as `cache`, or `past_key_values` before transformers
+    5.24: `cache_keyword`; the model appends new columns to it) and edits its layers in place. `record` must
+    follow every forward pass (`CausalLM.forward` calls it).
     """
 
     def __init__(self, batch: int | None = None, device: torch.device | str = "cpu") -> None:

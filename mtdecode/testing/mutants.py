@@ -26,6 +26,7 @@ import torch
 from transformers import DynamicCache
 
 from mtdecode import verification
+from mtdecode.cache import cache_keyword
 from mtdecode.model import CausalLM
 from mtdecode.sampling import Sampler
 from mtdecode.strategies import Lookahead, PromptLookup
@@ -130,7 +131,8 @@ def _feed(model, cache: DynamicCache, ids: list[int]) -> Float[Tensor, "new voca
     start = cache.get_seq_length()
     positions = torch.arange(start, start + len(ids), device=model.device)[None]
     with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids], device=model.device), position_ids=positions, past_key_values=cache)
+        fed = torch.tensor([ids], device=model.device)
+        out = model(input_ids=fed, position_ids=positions, **{cache_keyword(model.forward): cache})
     return out.logits[0]
 
 

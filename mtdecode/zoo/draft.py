@@ -11,8 +11,12 @@ import torch
 from transformers import LlamaForCausalLM
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from mtdecode.cache import cache_keyword
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.zoo.skinny import fast_matmul
+
+#: the output's cache field: `cache` from transformers 5.24, `past_key_values` before
+OUTPUT_CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 class SubsetHeadLlama(LlamaForCausalLM):
@@ -40,16 +44,18 @@ class SubsetHeadLlama(LlamaForCausalLM):
         input_ids=None,
         attention_mask=None,
         position_ids=None,
-        past_key_values=None,
+        cache=None,
+        past_key_values=None,  # the cache's name before transformers 5.24
         use_cache=None,
         logits_to_keep=0,
         **kwargs,
     ) -> CausalLMOutputWithPast:
+        cache = cache if cache is not None else past_key_values
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            **{cache_keyword(self.model.forward): cache},
             use_cache=use_cache,
             **kwargs,
         )
@@ -61,4 +67,5 @@ class SubsetHeadLlama(LlamaForCausalLM):
         subset = self.subset_logits(hidden)  # (batch, rows, head)
         logits = subset.new_full((*subset.shape[:-1], self.config.vocab_size), -torch.inf)
         logits[..., self.head_token_ids] = subset
-        return CausalLMOutputWithPast(logits=logits, past_key_values=out.past_key_values)
+        cache = getattr(out, "cache", None) if OUTPUT_CACHE == "cache" else out.past_key_values
+        return CausalLMOutputWithPast(logits=logits, **{OUTPUT_CACHE: cache})

@@ -65,7 +65,7 @@ from torch import nn
 from transformers import LlamaConfig, PretrainedConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from mtdecode.cache import KVCache
+from mtdecode.cache import KVCache, cache_keyword
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: weight of the token loss against the feature loss (EAGLE-1)
@@ -99,6 +99,7 @@ class EagleHead(nn.Module):
         layer_config._attn_implementation = "sdpa"
         self.fuse = nn.Linear(2 * hidden, hidden, bias=True)  # step 1
         self.layer = LlamaDecoderLayer(layer_config, layer_idx=0)  # step 2
+        self.cache_keyword = cache_keyword(self.layer.forward)  # `cache` (transformers >= 5.24) or `past_key_values`
         self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)  # step 3
         self.rotary = LlamaRotaryEmbedding(layer_config)
         self.register_buffer("embedding", embedding.detach().clone(), persistent=False)
@@ -144,7 +145,7 @@ class EagleHead(nn.Module):
         )
         cos_sin = self.rotary(fused, positions)
         out = self.layer(
-            fused, attention_mask=additive, position_ids=positions, past_key_values=past,
+            fused, attention_mask=additive, position_ids=positions, **{self.cache_keyword: past},
             use_cache=past is not None, position_embeddings=cos_sin,
         )  # fmt: skip
         out = out[0] if isinstance(out, tuple) else out
