@@ -21,14 +21,22 @@ WORK`); the three layers' states come from one target forward over each sequence
 """
 
 import argparse
-import math
 import time
 
 import torch
 from torch import nn
 
 import mtdecode
-from mtdecode.zoo.eagle import EagleHead, build_head, eagle_loss, load_records
+from mtdecode.zoo.eagle import (
+    EagleHead,
+    build_head,
+    eagle_loss,
+    first_guess_hits,
+    learning_rate,
+    load_records,
+    random_windows,
+    token_loss,
+)
 
 KINDS = ["chat", "conversation", "question"]
 LAYERS = (2, 15, 27)  # outputs of these layers (hidden_states[i] is layer i's output; 0 is the embedding)
@@ -57,12 +65,6 @@ def with_layers(target, records: list[dict]) -> list[dict]:
     return out
 
 
-def token_loss(head: EagleHead, predicted, features) -> torch.Tensor:
-    """The cross-entropy of the head's distribution against the target's (on the head's tokens)."""
-    p = torch.softmax(head.logits(features[:, 1:]).float(), dim=-1)
-    return -(p * torch.log_softmax(head.logits(predicted).float(), dim=-1)).sum(-1).mean()
-
-
 def loss(variant: str, model: nn.Module, batch: dict) -> torch.Tensor:
     features, tokens = batch["features"], batch["tokens"]
     positions = torch.arange(tokens.shape[1] - 1).expand(tokens.shape[0], -1)
@@ -83,10 +85,8 @@ def first_guess(variant: str, model: nn.Module, records: list[dict]) -> tuple[in
             inputs = r["states" if variant == "EAGLE-3 input" else "features"][None].float()
             tokens, n = r["tokens"][None], r["tokens"].shape[0]
             predicted = model(inputs[:, :-1], tokens[:, 1:], torch.arange(n - 1)[None])
-            guess = head.head_token_ids[head.logits(predicted[0, :-1]).argmax(-1)]
-            answer = torch.arange(n - 2) + 2 >= r["answer_start"]
-            hits += int(((guess == tokens[0, 2:]) & answer).sum())
-            count += int(answer.sum())
+            right, positions = first_guess_hits(head, predicted, r)
+            hits, count = hits + right, count + positions
     return hits, count
 
 
@@ -117,17 +117,11 @@ def main() -> None:
         generator = torch.Generator().manual_seed(0)  # the same windows for every variant
         start = time.perf_counter()
         for step in range(args.steps):
-            chosen = torch.randint(0, len(records), (args.batch,), generator=generator).tolist()
-            length = min(args.window, *(len(records[i]["tokens"]) for i in chosen))
-            starts = [int(torch.randint(0, len(records[i]["tokens"]) - length + 1, (1,), generator=generator))
-                      for i in chosen]  # fmt: skip
-            batch = {key: torch.stack([records[i][key][a : a + length] for i, a in zip(chosen, starts, strict=True)])
-                     for key in ("features", "tokens", "states")}  # fmt: skip
+            windows = random_windows(records, args.batch, args.window, generator)
+            batch = {key: torch.stack([r[key][a:b] for r, a, b in windows]) for key in ("features", "tokens", "states")}
             batch["features"], batch["states"] = batch["features"].float(), batch["states"].float()
-            for group in optimiser.param_groups:  # the recipe's schedule: warm-up, then a cosine to a tenth
-                group["lr"] = (
-                    args.lr * min(1.0, (step + 1) / 100) * (0.55 + 0.45 * math.cos(math.pi * step / args.steps))
-                )
+            for group in optimiser.param_groups:  # the recipe's schedule
+                group["lr"] = learning_rate(args.lr, step, args.steps)
             value = loss(variant, model, batch)
             optimiser.zero_grad()
             value.backward()

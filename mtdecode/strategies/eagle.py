@@ -51,7 +51,7 @@ from mtdecode.cache import KVCache
 from mtdecode.drafting import DraftCosts, DraftLength, check_counts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.session import Session, Step
-from mtdecode.strategies.prompt_lookup import CopyRecord, lookup
+from mtdecode.strategies.prompt_lookup import CopyRecord, lookup, padded
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import Verdict, verify_logits
 from mtdecode.zoo.eagle import EagleHead
@@ -455,11 +455,7 @@ def graft(tree: Tree, copy: Copy) -> Tree:
             node = len(tokens[b]) - 1
     width = max(map(len, tokens))
     device = tree.tokens.device
-
-    def as_tensor(rows: list[list[int]], pad: int) -> Int[Tensor, "batch grafted"]:
-        return torch.tensor([row + [pad] * (width - len(row)) for row in rows], dtype=torch.long, device=device)
-
-    places = as_tensor(place, 0)
+    places = padded(place, device, fill=0)
     copy_chance = torch.full((batch, width), -1.0, dtype=torch.float64, device=device)
     if copy.holds.shape[1]:
         copy_chance = torch.where(places > 0, copy.holds.gather(1, (places - 1).clamp(min=0)), copy_chance)
@@ -470,9 +466,9 @@ def graft(tree: Tree, copy: Copy) -> Tree:
 
     padding = (torch.arange(width, device=device) >= drafted) & (places == 0)
     return Tree(
-        tokens=as_tensor(tokens, 0),
-        parent=as_tensor(parent, -1),
-        depth=as_tensor(depth, 1),
+        tokens=padded(tokens, device, fill=0),
+        parent=padded(parent, device),
+        depth=padded(depth, device, fill=1),
         confidence=extended(tree.confidence, 0.0),
         value=torch.where(padding, -1.0, extended(tree.value, 0.0)),
         limit=tree.limit,

@@ -137,9 +137,9 @@ def lookup(tokens: list[int], ngram: int, k: int) -> list[int]:
     return []
 
 
-def padded(rows: list[list[int]], device: torch.device) -> Int[Tensor, "batch guesses"]:
-    """Rows of guesses of different lengths as one tensor, padded with -1 (no guess)."""
+def padded(rows: list[list[int]], device: torch.device, fill: int = NONE) -> Int[Tensor, "batch guesses"]:
+    """Rows of guesses of different lengths as one tensor, padded with `fill` (by default -1, no guess)."""
     width = max(map(len, rows), default=0)
-    return torch.tensor([row + [NONE] * (width - len(row)) for row in rows], dtype=torch.long, device=device).reshape(
+    return torch.tensor([row + [fill] * (width - len(row)) for row in rows], dtype=torch.long, device=device).reshape(
         len(rows), width
     )

@@ -67,5 +67,4 @@ class SubsetHeadLlama(LlamaForCausalLM):
         subset = self.subset_logits(hidden)  # (batch, rows, head)
         logits = subset.new_full((*subset.shape[:-1], self.config.vocab_size), -torch.inf)
         logits[..., self.head_token_ids] = subset
-        cache = getattr(out, "cache", None) if OUTPUT_CACHE == "cache" else out.past_key_values
-        return CausalLMOutputWithPast(logits=logits, **{OUTPUT_CACHE: cache})
+        return CausalLMOutputWithPast(logits=logits, **{OUTPUT_CACHE: getattr(out, OUTPUT_CACHE)})

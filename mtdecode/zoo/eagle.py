@@ -57,6 +57,7 @@ to 47.1%. `evaluate` gives acceptance by draft depth and kind (docs/strategies/e
 `benchmarks/eagle_costs.py` gives it on the benchmark's prompts.
 """
 
+import math
 from pathlib import Path
 
 import torch
@@ -183,10 +184,18 @@ def eagle_loss(
     positions = torch.arange(seq - 1, device=tokens.device).expand(tokens.shape[0], -1)
     predicted = head(features[:, :-1], tokens[:, 1:], positions)  # f'_{t+1}, (batch, seq - 1, hidden)
     feature_loss = F.smooth_l1_loss(predicted, features[:, 1:])
+    tokens_loss = token_loss(head, predicted, features)
+    return feature_loss + TOKEN_LOSS_WEIGHT * tokens_loss, feature_loss, tokens_loss
+
+
+def token_loss(
+    head: EagleHead, predicted: Float[Tensor, "batch seq_1 hidden"], features: Float[Tensor, "batch seq hidden"]
+) -> Float[Tensor, ""]:
+    """The cross-entropy of the head's distribution (from its `predicted` features f'_{t+1}) against the target's
+    own for x_{t+2}, its output layer on f_{t+1} restricted to the head's tokens; a mean over positions."""
     p = torch.softmax(head.logits(features[:, 1:]).float(), dim=-1)  # the target's, on the head's tokens
     log_q = torch.log_softmax(head.logits(predicted).float(), dim=-1)
-    token_loss = -(p * log_q).sum(-1).mean()
-    return feature_loss + TOKEN_LOSS_WEIGHT * token_loss, feature_loss, token_loss
+    return -(p * log_q).sum(-1).mean()
 
 
 # ------------------------------------------------------------------ the recipe
@@ -363,7 +372,6 @@ def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: floa
     """AdamW on `eagle_loss` over random windows of the data (every task kind), the learning rate warming up over
     the first 100 steps and then falling along a cosine to a tenth; a checkpoint every 25 steps, resumed from."""
     import json
-    import math
 
     from tqdm import tqdm
 
@@ -387,15 +395,11 @@ def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: floa
     generator = torch.Generator().manual_seed(seed + start)
     log = (work / "eagle_train.log").open("a")
     for step in tqdm(range(start, steps), desc="train: eagle head", unit="step", initial=start, total=steps):
-        chosen = torch.randint(0, len(records), (batch,), generator=generator).tolist()
-        length = min(window, *(len(records[i]["tokens"]) for i in chosen))
-        starts = [int(torch.randint(0, len(records[i]["tokens"]) - length + 1, (1,), generator=generator))
-                  for i in chosen]  # fmt: skip
-        windows = [(records[i], a) for i, a in zip(chosen, starts, strict=True)]
-        features = torch.stack([r["features"][a : a + length] for r, a in windows]).float()
-        tokens = torch.stack([r["tokens"][a : a + length] for r, a in windows])
-        for group in optimiser.param_groups:  # warm-up, then a cosine from lr down to lr / 10
-            group["lr"] = lr * min(1.0, (step + 1) / 100) * (0.55 + 0.45 * math.cos(math.pi * step / steps))
+        windows = random_windows(records, batch, window, generator)
+        features = torch.stack([r["features"][a:b] for r, a, b in windows]).float()
+        tokens = torch.stack([r["tokens"][a:b] for r, a, b in windows])
+        for group in optimiser.param_groups:
+            group["lr"] = learning_rate(lr, step, steps)
         loss, feature_loss, token_loss = eagle_loss(head, features, tokens)
         optimiser.zero_grad()
         loss.backward()
@@ -410,6 +414,29 @@ def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: floa
     log.close()
 
 
+def random_windows(records: list[dict], batch: int, window: int, generator: torch.Generator) -> list[tuple]:
+    """`batch` random windows `(record, start, end)` of one length: `window` tokens, or the shortest chosen record's."""
+    chosen = torch.randint(0, len(records), (batch,), generator=generator).tolist()
+    length = min(window, *(len(records[i]["tokens"]) for i in chosen))
+    starts = [int(torch.randint(0, len(records[i]["tokens"]) - length + 1, (1,), generator=generator))
+              for i in chosen]  # fmt: skip
+    return [(records[i], a, a + length) for i, a in zip(chosen, starts, strict=True)]
+
+
+def learning_rate(lr: float, step: int, steps: int) -> float:
+    """The recipe's schedule: a warm-up over the first 100 steps, then a cosine from `lr` down to `lr` / 10."""
+    return lr * min(1.0, (step + 1) / 100) * (0.55 + 0.45 * math.cos(math.pi * step / steps))
+
+
+def first_guess_hits(head: EagleHead, predicted: Float[Tensor, "1 seq_1 hidden"], record: dict) -> tuple[int, int]:
+    """Teacher forced over one record: at how many answer positions the head's first guess (from `predicted`,
+    f'_{t+1} for every t) is the target's token x_{t+2}, and how many answer positions there are."""
+    tokens, n = record["tokens"], record["tokens"].shape[0]
+    guess = head.head_token_ids[head.logits(predicted[0, :-1]).argmax(-1)]  # x_{t+2}
+    answer = torch.arange(n - 2) + 2 >= record["answer_start"]
+    return int(((guess == tokens[2:]) & answer).sum()), int(answer.sum())
+
+
 def held_out_scores(head: EagleHead, records: list[dict]) -> dict:
     """On held-out sequences, teacher forced (the target's real features): the mean loss, and how often the head's
     first guess is the target's next answer token (depth-1 acceptance), one forward per sequence."""
@@ -420,10 +447,8 @@ def held_out_scores(head: EagleHead, records: list[dict]) -> dict:
             losses.append(float(eagle_loss(head, features, tokens)[0]))
             n = tokens.shape[1]
             predicted = head(features[:, :-1], tokens[:, 1:], torch.arange(n - 1)[None])  # f'_{t+1}
-            guess = head.head_token_ids[head.logits(predicted[0, :-1]).argmax(-1)]  # x_{t+2}
-            answer = torch.arange(n - 2) + 2 >= r["answer_start"]
-            hits += int(((guess == tokens[0, 2:]) & answer).sum())
-            count += int(answer.sum())
+            right, positions = first_guess_hits(head, predicted, r)
+            hits, count = hits + right, count + positions
     return {"loss": round(sum(losses) / len(losses), 4), "first_guess": round(hits / count, 4)}
 
 
