@@ -12,12 +12,14 @@ then scored on held-out answers (teacher forced; how often the head's first gues
   the next feature + 0.1 x cross-entropy against the target's distribution), as the shipped head;
 - `EAGLE-1, token loss`: the same input, the cross-entropy alone (EAGLE-3's loss), to separate the two changes;
 - `EAGLE-3 input`: g_t = W [l_t ; m_t ; h_t] (3H -> H) from the outputs of layers 2, 15 and 27 of 30, then the
-  same head on g_t, the cross-entropy alone.
+  same head on g_t, the cross-entropy alone;
+- `EAGLE-1, two layers`: EAGLE-1 with a second decoder layer after the first (the issue allows one or two), to
+  see whether the head's capacity limits its first guess.
 
 The data are the recipe's chat, two-turn chat and question answers (`python -m mtdecode.zoo.eagle data --work
 WORK`); the three layers' states come from one target forward over each sequence.
 
-    python benchmarks/eagle3_pilot.py --work build/eagle [--steps 800]
+    python benchmarks/eagle3_pilot.py --work build/eagle [--steps 800] [--variants "EAGLE-1" "EAGLE-1, two layers"]
 """
 
 import argparse
@@ -25,6 +27,7 @@ import time
 
 import torch
 from torch import nn
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 import mtdecode
 from mtdecode.zoo.eagle import (
@@ -40,6 +43,7 @@ from mtdecode.zoo.eagle import (
 
 KINDS = ["chat", "conversation", "question"]
 LAYERS = (2, 15, 27)  # outputs of these layers (hidden_states[i] is layer i's output; 0 is the embedding)
+VARIANTS = ("EAGLE-1", "EAGLE-1, token loss", "EAGLE-3 input", "EAGLE-1, two layers")
 
 
 class FusedHead(nn.Module):
@@ -55,6 +59,19 @@ class FusedHead(nn.Module):
         return self.head(self.reduce(states), next_tokens, positions)
 
 
+class TwoLayers(nn.Module):
+    """The head's decoder layer followed by a second one of the same shape, called as the one layer is (training
+    only: no cache)."""
+
+    def __init__(self, first: LlamaDecoderLayer) -> None:
+        super().__init__()
+        self.first, self.second = first, LlamaDecoderLayer(first.self_attn.config, layer_idx=1)
+
+    def forward(self, hidden, **kwargs):
+        out = self.first(hidden, **kwargs)
+        return self.second(out[0] if isinstance(out, tuple) else out, **kwargs)
+
+
 def with_layers(target, records: list[dict]) -> list[dict]:
     """Each record with `states`: the outputs of `LAYERS`, concatenated, `(tokens, 3 hidden)`, in float16."""
     out = []
@@ -68,7 +85,7 @@ def with_layers(target, records: list[dict]) -> list[dict]:
 def loss(variant: str, model: nn.Module, batch: dict) -> torch.Tensor:
     features, tokens = batch["features"], batch["tokens"]
     positions = torch.arange(tokens.shape[1] - 1).expand(tokens.shape[0], -1)
-    if variant == "EAGLE-1":
+    if variant in ("EAGLE-1", "EAGLE-1, two layers"):
         return eagle_loss(model, features, tokens)[0]
     if variant == "EAGLE-1, token loss":
         return token_loss(model, model(features[:, :-1], tokens[:, 1:], positions), features)
@@ -97,29 +114,37 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--window", type=int, default=256)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS[:3])
     args = parser.parse_args()
     if min(args.steps, args.batch, args.window) < 1:
         parser.error("--steps, --batch and --window must be at least 1")
     target = mtdecode.load_model().hf
     start = time.perf_counter()
-    records = with_layers(target, [r for kind in KINDS for r in load_records(args.work, kind)])
-    held_out = with_layers(target, [r for kind in KINDS for r in load_records(args.work, kind, held_out=True)])
+    records = [r for kind in KINDS for r in load_records(args.work, kind)]
+    held_out = [r for kind in KINDS for r in load_records(args.work, kind, held_out=True)]
+    fused = "EAGLE-3 input" in args.variants
+    if fused:  # only this variant reads the three layers
+        records, held_out = with_layers(target, records), with_layers(target, held_out)
     tokens = sum(len(r["tokens"]) for r in records)
-    print(f"{len(records)} training sequences ({tokens} tokens), {len(held_out)} held out, layers {LAYERS}: "
+    print(f"{len(records)} training sequences ({tokens} tokens), {len(held_out)} held out"
+          f"{f', layers {LAYERS}' if fused else ''}: "
           f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
     head_tokens = build_head(target, records).head_token_ids
-    for variant in ("EAGLE-1", "EAGLE-1, token loss", "EAGLE-3 input"):
+    for variant in args.variants:
         torch.manual_seed(0)  # the same start for the shared head
         model = build_head(target, records, head_tokens)
         if variant == "EAGLE-3 input":
             model = FusedHead(model)
+        if variant == "EAGLE-1, two layers":
+            model.layer = TwoLayers(model.layer)
         optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
         generator = torch.Generator().manual_seed(0)  # the same windows for every variant
         start = time.perf_counter()
         for step in range(args.steps):
             windows = random_windows(records, args.batch, args.window, generator)
-            batch = {key: torch.stack([r[key][a:b] for r, a, b in windows]) for key in ("features", "tokens", "states")}
-            batch["features"], batch["states"] = batch["features"].float(), batch["states"].float()
+            keys = ("features", "tokens", "states") if fused else ("features", "tokens")
+            batch = {key: torch.stack([r[key][a:b] for r, a, b in windows]) for key in keys}
+            batch = {key: value.float() if value.is_floating_point() else value for key, value in batch.items()}
             for group in optimiser.param_groups:  # the recipe's schedule
                 group["lr"] = learning_rate(args.lr, step, args.steps)
             value = loss(variant, model, batch)
