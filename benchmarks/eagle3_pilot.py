@@ -13,7 +13,7 @@ then scored on held-out answers (teacher forced; how often the head's first gues
 - `EAGLE-1, token loss`: the same input, the cross-entropy alone (EAGLE-3's loss), to separate the two changes;
 - `EAGLE-3 input`: g_t = W [l_t ; m_t ; h_t] (3H -> H) from the outputs of layers 2, 15 and 27 of 30, then the
   same head on g_t, the cross-entropy alone;
-- `EAGLE-1, two layers`: EAGLE-1 with a second decoder layer after the first (the issue allows one or two), to
+- `EAGLE-1, two layers`: EAGLE-1 with a second decoder layer after the first (EAGLE heads have one), to
   see whether the head's capacity limits its first guess.
 
 The data are the recipe's chat, two-turn chat and question answers (`python -m mtdecode.zoo.eagle data --work
