@@ -5,8 +5,9 @@ EAGLE-3 (Li et al., 2025) changes two things: the head reads a fusion of three l
 the top one, and it is trained with "training-time test" (fed its own predictions for further depths). The
 second fights errors that compound with depth; `mtdecode.zoo.eagle`'s evaluation shows the head's chance of being
 right at depth d, given the depths before it were, roughly flat, so the first guess is what limits it. This pilot
-measures the first: three heads trained from the same start on the same windows, for the same number of steps,
-then scored on held-out answers (teacher forced; how often the head's first guess is the target's next token):
+measures the first: heads trained from the same start on the same windows, for the same number of steps, then
+scored on held-out answers (teacher forced; how often the head's first guess is the target's next token). By
+default the first three of these; `--variants` picks any of them:
 
 - `EAGLE-1`: the top feature f_t (after the final norm, what the output layer reads), EAGLE-1's loss (SmoothL1 on
   the next feature + 0.1 x cross-entropy against the target's distribution), as the shipped head;
@@ -17,7 +18,7 @@ then scored on held-out answers (teacher forced; how often the head's first gues
   see whether the head's capacity limits its first guess.
 
 The data are the recipe's chat, two-turn chat and question answers (`python -m mtdecode.zoo.eagle data --work
-WORK`); the three layers' states come from one target forward over each sequence.
+WORK`); for `EAGLE-3 input`, the three layers' states come from one target forward over each sequence.
 
     python benchmarks/eagle3_pilot.py --work build/eagle [--steps 800] [--variants "EAGLE-1" "EAGLE-1, two layers"]
 """
