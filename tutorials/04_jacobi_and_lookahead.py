@@ -67,15 +67,28 @@ for i, row in enumerate(trajectory):
 # ## The n-gram pool
 #
 # The guesses that Jacobi makes after a wrong token are conditioned on that wrong token, so plain Jacobi
-# rarely converges more than one token per pass. Lookahead decoding keeps the trajectory anyway: the
-# last N-1 iterations form a window, and each column of the window, read downwards, plus the prediction
-# under it, is an n-gram the model found plausible. They go into a pool keyed by their first token; a
-# later step verifies pool n-grams that start with its newest token. Here are the 3-grams of our trajectory.
+# rarely converges more than one token per pass. Lookahead decoding keeps the trajectory anyway and reads
+# n-grams out of it. Which tokens belong together? Our trajectory is stored by position: `trajectory[i][j]`
+# is iteration i's guess for position j. Iteration i + 1 computes position j + 1 from the guess at position j
+# of iteration i, so the pair that the model wrote *as a continuation* is (iteration i, position j) followed by
+# (iteration i + 1, position j + 1). An n-gram therefore runs **diagonally** through the trajectory:
+#
+# `trajectory[i][j], trajectory[i + 1][j + 1], ..., trajectory[i + n - 1][j + n - 1]`
+#
+# (Reading one position down the iterations instead, `trajectory[i][j], trajectory[i + 1][j]`, pairs two guesses
+# for the *same* position: not a continuation at all.) Lookahead decoding's window stores the last N-1
+# iterations shifted by one position per row, so that each of its columns is such a diagonal. The n-grams go
+# into a pool keyed by their first token; a later step verifies pool n-grams that start with its newest
+# token. Here are the 3-grams of our trajectory.
+
+# %% tags=["ngram-pool"]
+n = 3
+pool = NgramPool(per_key=4)
+for i in range(len(trajectory) - n + 1):  # the first iteration of the n-gram
+    for j in range(len(trajectory[i]) - n + 1):  # its first position
+        pool.add([trajectory[i + k][j + k] for k in range(n)])  # one step down, one step right
 
 # %%
-pool = NgramPool(per_key=4)
-for upper, lower, prediction in zip(trajectory, trajectory[1:], trajectory[2:], strict=False):
-    pool.add_columns([upper[:-1], lower[:-1]], prediction[1:])
 text = tokenizer.convert_ids_to_tokens
 for key in list(pool.table)[:8]:
     print(f"{text([key])[0]!r:>14} ->", [text(list(rest)) for rest in pool.candidates(key, length=2)])
