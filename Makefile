@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-hosts setup bench docs figures lint clean tutorials students
+.PHONY: demo test test-hosts test-cuda setup bench docs figures lint clean tutorials students
 
 demo: $(STAMP)
 	$(PY) -m mtdecode.demo
@@ -20,6 +20,12 @@ test: $(STAMP)
 # (see tests/hosts.py; SEED=n repeats an order)
 test-hosts: $(STAMP)
 	$(PY) tests/hosts.py
+
+# the device-parametrised tests on a CUDA GPU (exactness in every dtype, the tie-aware checks, the strategies);
+# where torch sees no GPU they are skipped and pytest prints the reason
+test-cuda: $(STAMP)
+	$(PY) -c "import torch; print('CUDA:', torch.cuda.get_device_name() if torch.cuda.is_available() else 'torch sees no GPU here; the tests below are skipped')"
+	$(PY) -m pytest -n 0 -rs -k cuda tests
 
 setup: $(STAMP)
 

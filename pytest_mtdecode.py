@@ -30,11 +30,14 @@ class Oracle:
         self.check_rejection_sampler = testing.check_rejection_sampler
         self.check_beam_sampler = testing.check_beam_sampler
 
-    def assert_conforms(self, decoder, *, sampling: bool = False) -> None:
-        """Run `check_greedy` (and `check_sampling` if `sampling`) on `decoder`; fail with their summaries."""
+    def assert_conforms(self, decoder, *, sampling: bool = False, dtype=None, model=None) -> None:
+        """Run `check_greedy` (and `check_sampling` if `sampling`) on `decoder`; fail with their summaries.
+        `dtype` (e.g. `torch.bfloat16`, judged exact up to ties) and `model` (your own model or folder) go to
+        `check_greedy`."""
         from mtdecode.testing import assert_conforms
 
-        reports = [self.check_greedy(decoder)] + ([self.check_sampling(decoder)] if sampling else [])
+        greedy = self.check_greedy(decoder, dtype=dtype, model=model)
+        reports = [greedy] + ([self.check_sampling(decoder)] if sampling else [])
         assert_conforms(*reports)
 
 

@@ -24,6 +24,9 @@ from mtdecode import bench as suite
 from mtdecode.strategies import REGISTRY, needs_draft
 from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL
 
+#: the dtypes --dtype takes
+DTYPES = ("float64", "float32", "bfloat16", "float16")
+
 
 class UsageError(Exception):
     """A bad argument: reported in one line, exit code 2."""
@@ -123,13 +126,17 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: torch sees no CUDA GPU on this machine")
 
 
-def load(name: str, device: str, quantize: str | None = None):
-    """`mtdecode.load_model`, with its failures turned into one-line usage errors."""
+def load(name: str, device: str, quantize: str | None = None, dtype: str | None = None):
+    """`mtdecode.load_model` (in `dtype`, a torch dtype's name; default float32), with its failures turned into
+    one-line usage errors."""
+    import torch
+
     check_model_name(name)
     check_device(device)
-    print(f"loading {name}{' (int8)' if quantize else ''} ...", file=sys.stderr, flush=True)
+    print(f"loading {name}{' (int8)' if quantize else ''}{f' in {dtype}' if dtype else ''} ...", file=sys.stderr,
+          flush=True)  # fmt: skip
     try:
-        return mtdecode.load_model(name, device=device, quantize=quantize)
+        return mtdecode.load_model(name, device=device, quantize=quantize, dtype=getattr(torch, dtype or "float32"))
     except (OSError, ValueError, RuntimeError, mtdecode.UnsupportedModelError) as error:
         raise UsageError(f"cannot load model {name!r}: {_first_line(error)}") from error
 
@@ -228,29 +235,35 @@ def bench(args: argparse.Namespace) -> int:
     draft_wanted = draft_name(args, bool(drafted), " and ".join(drafted))
 
     start = time.perf_counter()
-    model = load(args.model, args.device, args.quantize)
+    model = load(args.model, args.device, args.quantize, args.dtype)
     tokenizer = mtdecode.load_tokenizer(args.model)
-    draft = load(draft_wanted, args.device, args.quantize) if draft_wanted else None
+    draft = load(draft_wanted, args.device, args.quantize, args.dtype) if draft_wanted else None
     _quiet_transformers()
+    judge, bound = suite.tie_judge(model, tokenizer, tasks)
     try:
         rows = suite.run(
-            model, tokenizer, draft, names=names, tasks=tasks, options=options, progress=not args.no_progress, **size
-        )
+            model, tokenizer, draft, names=names, tasks=tasks, options=options, progress=not args.no_progress,
+            judge=judge, **size,
+        )  # fmt: skip
     except (TypeError, ValueError) as error:  # a strategy refused a --set value, or the draft does not fit
         raise UsageError(_first_line(error)) from error
     seconds = time.perf_counter() - start
 
     print(
-        f"\n{args.model}: {size['prompts_per_task']} prompt(s) per task, at most {size['max_new_tokens']} new tokens, "
-        f"greedy, interleaved runs in one process; {seconds:.0f} s in all"
+        f"\n{args.model} ({args.dtype or 'float32'}): {size['prompts_per_task']} prompt(s) per task, at most "
+        f"{size['max_new_tokens']} new tokens, greedy, interleaved runs in one process; {seconds:.0f} s in all"
     )
     print_table(suite.TABLE_HEADER, suite.table(rows))
+    if bound is not None:
+        print(f"\nexact up to ties in {bound.dtype}: a run that differs from greedy's is judged with {bound}")
     from mtdecode import tuning
 
     choices = tuning.explain(model, draft)  # measured in the warm-up, served from the cache here
     print("\nwhat the tuned strategies chose on this host, and why:\n" + "\n".join(f"- {line}" for line in choices))
     settings = dict(
         model=args.model,
+        dtype=args.dtype or "float32",
+        epsilon=None if bound is None else bound.epsilon,
         quantize=args.quantize,
         draft=draft_wanted,
         tasks=tasks,
@@ -338,14 +351,19 @@ def check(args: argparse.Namespace) -> int:
     from mtdecode.testing import blackbox
 
     check_output(args.json, "--json")
+    import torch
+
     decoder = load_decoder(args.target)
+    dtype = None if args.dtype is None else getattr(torch, args.dtype)
+    model = None if args.model is None else load(args.model, args.device, dtype=args.dtype)
     try:  # one tiny call first, so that a broken decoder gets one clear line rather than a failed check
         from mtdecode.testing.decoders import DecoderError, run_batch
 
-        run_batch(decoder, blackbox.greedy_model("llama"), [[1, 2]], max_new_tokens=2, seeds=[0])
+        first = model.hf if model is not None else blackbox.greedy_model("llama", dtype or torch.float64)
+        run_batch(decoder, first, [[1, 2]], max_new_tokens=2, seeds=[0])
     except DecoderError as error:
         raise UsageError(f"{args.target}: {_first_line(error)}") from error
-    reports = [blackbox.check_greedy(decoder)]
+    reports = [blackbox.check_greedy(decoder, dtype=dtype, model=model)]
     if args.sampling:
         reports.append(blackbox.check_sampling(decoder))
     for report in reports:
@@ -431,6 +449,8 @@ def build_parser() -> Parser:
     b.add_argument(
         "--set", action="append", default=[], metavar="NAME.KEY=VALUE", help="e.g. speculative.num_draft_tokens=1"
     )
+    b.add_argument("--dtype", choices=DTYPES[1:], help="the models' dtype (default float32); in bfloat16 and float16 "
+                   "a run that differs from greedy's is judged up to ties (docs/concepts/rounding.md)")
     b.add_argument("--json", help="write the results to this JSON file")
     b.add_argument("--plot", help="draw speed-up and tokens per forward to this PNG file")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -453,6 +473,12 @@ def build_parser() -> Parser:
     c = commands.add_parser("check", help="check a decoder of your own against the oracle (mtdecode.testing)")
     c.add_argument("target", help="package.module:function, a decoder(model, prompt, *, max_new_tokens, ...)")
     c.add_argument("--sampling", action="store_true", help="also check the law of sampled tokens (slower)")
+    c.add_argument(
+        "--dtype", choices=DTYPES, help="the models' dtype (default float64 for the oracle's tiny models, float32 for "
+        "--model); bfloat16 and float16 are judged exact up to ties (docs/concepts/rounding.md)")
+    c.add_argument("--model", help="check greedy decoding on this local model folder (or the embedded model's name) "
+                   "instead of the oracle's tiny models")
+    c.add_argument("--device", default="cpu", help="torch device for --model (cpu, cuda, ...)")
     c.add_argument("--json", help="write the reports to this JSON file")
     c.set_defaults(run=check)
     return parser

@@ -185,7 +185,7 @@ class DraftLength:
 
     def step_costs(self, guesses: Sequence[int]) -> Float[Tensor, " steps"]:
         """T(k) for each k in `guesses`, as a float64 tensor (on the CPU)."""
-        return torch.tensor([self.costs.step(k) for k in guesses], dtype=torch.float64)
+        return torch.tensor([self.costs.step(k) for k in guesses], dtype=torch.float64, device="cpu")
 
     def calibrated(self, confidence: Float[Tensor, "batch ..."]) -> Float[Tensor, "batch ..."]:
         """P(accepted | confidence), from this row's history in the confidence's bin, starting at the confidence."""

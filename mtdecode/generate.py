@@ -126,9 +126,12 @@ def generate(
     - `eos_token_id`: a row stops after committing this token (or any of these tokens).
     - `pad_token_id`: fills `result.tokens` after a row's end; needed when rows of a batch can
       end at different lengths (a batch with `eos_token_id`).
-    - `seed`: makes sampled runs repeat exactly. Row b of a batch seeded `s` uses seed `s + b`,
-      so it decodes exactly as its prompt alone with `seed=s + b`; a list gives each row its
-      seed. `None` takes a fresh seed each call (greedy tokens never depend on it, but
+    - `seed`: makes sampled runs repeat exactly, in this process and in any other on the same
+      host with the same torch, dtype, device and thread count (the drafting rules weigh
+      forward costs measured once and kept on disk, `mtdecode.store`; see
+      `docs/concepts/rounding.md` for other hosts). Row b of a batch seeded `s` uses seed
+      `s + b`, so it decodes exactly as its prompt alone with `seed=s + b`; a list gives each
+      row its seed. `None` takes a fresh seed each call (greedy tokens never depend on it, but
       Jacobi's and lookahead's steps do).
     - `progress`: show a progress bar over the new tokens of all rows.
     - `on_step`: called with each row's `Step` as soon as its tokens are committed (for
@@ -194,9 +197,9 @@ def generate(
         seconds=seconds,
     )
     lengths = [session.generated(b) for b in range(session.batch)]
-    tokens = torch.full((session.batch, max(lengths, default=0)), pad_token_id or 0, dtype=torch.long)
+    tokens = torch.full((session.batch, max(lengths, default=0)), pad_token_id or 0, dtype=torch.long, device="cpu")
     for b, n in enumerate(lengths):
-        tokens[b, :n] = torch.tensor(session.new_tokens(b), dtype=torch.long)
+        tokens[b, :n] = torch.tensor(session.new_tokens(b), dtype=torch.long, device="cpu")
     device = target.device
     return GenerationResult(tokens.to(device), torch.tensor(lengths, device=device), session.steps, stats)
 

@@ -341,11 +341,11 @@ def left_pad(
     if all(isinstance(t, int) for t in tokens):
         tokens = [tokens]
     width = max((len(row) for row in tokens), default=0)
-    ids = torch.zeros(len(tokens), width, dtype=torch.long)
+    ids = torch.zeros(len(tokens), width, dtype=torch.long, device="cpu")
     for b, row in enumerate(tokens):
         if row:
-            ids[b, width - len(row) :] = torch.as_tensor(row, dtype=torch.long)
-    pad = torch.tensor([width - len(row) for row in tokens], dtype=torch.long)
+            ids[b, width - len(row) :] = torch.as_tensor(row, dtype=torch.long, device="cpu")
+    pad = torch.tensor([width - len(row) for row in tokens], dtype=torch.long, device="cpu")
     return ids.to(device), pad.to(device)
 
 

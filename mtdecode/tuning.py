@@ -7,8 +7,9 @@ why the paper's defaults are W = 7, N = 5, G = 7 (56 tokens); on a 2-core CPU a 
 8 tokens costs about 1.2 times a 1-token forward and one over 56 about 2.7 times
 (`benchmarks/forward_cost.py`).
 
-`forward_costs` measures that growth once per model and device (cached for the process);
-`choose` then picks the (W, N, G) with the best predicted tokens per second:
+`forward_costs` measures that growth once per model architecture, dtype, device and host, and keeps
+it on disk (`mtdecode.store`), so that every process weighs the same numbers; `choose` then picks
+the (W, N, G) with the best predicted tokens per second:
 
     predicted speed-up = (1 + E[accepted]) / (cost((W + G)(N - 1)) / cost(1))
 
@@ -32,6 +33,7 @@ import weakref
 
 import torch
 
+from mtdecode import store
 from mtdecode.drafting import DraftCosts
 from mtdecode.model import CausalLM, Runner
 
@@ -47,7 +49,7 @@ CONTEXT = 256
 #: the search space of `choose`
 MAX_WINDOW, MAX_NGRAM, MAX_GUESSES = 16, 8, 16
 
-#: model -> device -> (fastest seconds per size, scatter per size)
+#: model -> device -> (fastest seconds per size, scatter per size), as read from `mtdecode.store`
 _COSTS: "weakref.WeakKeyDictionary[CausalLM, dict[str, tuple[dict[int, float], dict[int, float]]]]" = (
     weakref.WeakKeyDictionary()
 )
@@ -58,7 +60,9 @@ def forward_costs(model: CausalLM, *, context: int = CONTEXT, repeats: int = 5) 
     one of them as a verifying step does (the fastest of `repeats`), for n in `SIZES` (`context` is cut to what
     the model can attend over).
 
-    Measured the first time per model and device, then served from a cache.
+    Measured once per model architecture, dtype, device and host, and kept on disk (`mtdecode.store`): every
+    later call, in this process or another, gets the same numbers, so the rules that weigh them make the same
+    choices and a seeded run repeats.
     """
     return _measured(model, context, repeats)[0]
 
@@ -71,16 +75,28 @@ def scatter(model: CausalLM) -> dict[int, float]:
 
 def _measured(model: CausalLM, context: int, repeats: int) -> tuple[dict[int, float], dict[int, float]]:
     per_device = _COSTS.setdefault(model, {})
-    key = str(model.device)
+    key = f"{model.device} {context} {repeats}"
     if key not in per_device:
-        per_device[key] = _measure(model, context, repeats)
+        what = {"model": store.module_key(model.hf), "host": store.host_key(), "context": context, "repeats": repeats}
+
+        def measure() -> dict:
+            costs, spread = _measure(model, context, repeats)
+            return {"costs": costs, "scatter": spread}
+
+        value = store.kept("forward", what, measure)
+        per_device[key] = tuple({int(n): t for n, t in value[part].items()} for part in ("costs", "scatter"))
     return per_device[key]
+
+
+def kept_seconds(kind: str, key: dict, measure) -> float:
+    """A time measured once by `measure()` on this host and kept on disk under `key` (`mtdecode.store`)."""
+    return store.kept(kind, {**key, "host": store.host_key()}, lambda: {"seconds": measure()})["seconds"]
 
 
 def _measure(model: CausalLM, context: int, repeats: int) -> tuple[dict[int, float], dict[int, float]]:
     context = max(1, min(context, model.max_length - max(SIZES)))
-    tokens = torch.randint(0, model.vocab_size, (context + max(SIZES),), generator=torch.Generator().manual_seed(0))
-    tokens = tokens.tolist()
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, model.vocab_size, (context + max(SIZES),), generator=generator, device="cpu").tolist()
     times: dict[int, list[float]] = {n: [] for n in SIZES}
     runner = Runner(model, "tuning")
     runner.extend(tokens[:context])
@@ -245,18 +261,26 @@ def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
     return lines
 
 
-def main() -> None:
-    """`python -m mtdecode.tuning [MODEL]`: the measured forward costs and the settings `Lookahead()` picks."""
-    import sys
+def main(argv: list[str] | None = None) -> None:
+    """`python -m mtdecode.tuning [MODEL] [--measure-again]`: the measured forward costs and the settings
+    `Lookahead()` picks; `--measure-again` forgets the kept measurements first."""
+    import argparse
 
     from mtdecode.zoo import DEFAULT_MODEL, load_model
 
-    model = load_model(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MODEL)
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", default=DEFAULT_MODEL)
+    parser.add_argument("--measure-again", action="store_true", help="forget every kept measurement first")
+    args = parser.parse_args(argv)
+    if args.measure_again:
+        print(f"forgot {store.forget()} kept measurements in {store.costs_dir()}")
+    model = load_model(args.model)
     costs = forward_costs(model)
     print("new tokens:  " + "  ".join(f"{n:>5}" for n in costs))
     print("vs 1 token:  " + "  ".join(f"{relative_cost(costs, n):5.2f}" for n in costs))
     for line in explain(model)[1:]:
         print(line)
+    print(f"(kept in {store.costs_dir()})")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ with `MTDECODE_HYPOTHESIS_PROFILE=thorough make test`.
 """
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -44,6 +45,11 @@ if PINNED_THREADS:
     torch.set_num_threads(int(PINNED_THREADS))
 elif "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
+
+# Measured costs are kept on disk between processes (`mtdecode.store`). The tests keep theirs in a folder of this
+# run's own, so that no test reads what an earlier run measured, and nothing is written to the user's cache.
+os.environ.setdefault("MTDECODE_COSTS_DIR", tempfile.mkdtemp(prefix="mtdecode-test-costs-"))
 
 
 def _devices():

@@ -93,6 +93,22 @@ def test_trace_gives_each_step_one_colour():
     assert "&lt;bc</span>" in page and "<bc" not in page  # escaped
 
 
+def test_bench_in_bfloat16_judges_differences_up_to_ties(folders, capsys, tmp_path):
+    """--dtype loads the models in that dtype; the bound it judges by is printed and kept, and every exact run is
+    identical or differs only at near-ties (none beyond ε)."""
+    target, draft = folders
+    out_json = tmp_path / "bench.json"
+    argv = ["bench", "--model", target, "--draft", draft, "--quick", "--max-new-tokens", "8", "--no-progress"]
+    code, out, err = run([*argv, "--dtype", "bfloat16", "--strategies", "jacobi", "speculative", "--json",
+                          str(out_json)], capsys)  # fmt: skip
+    assert code == 0, err
+    assert "(bfloat16)" in out and "exact up to ties in bfloat16: a run that differs from greedy's is judged" in out
+    document = json.loads(out_json.read_text())
+    assert document["settings"]["dtype"] == "bfloat16" and document["settings"]["epsilon"] >= 0
+    for row in document["rows"]:
+        assert row["beyond"] == 0 and row["identical"] + row["near_ties"] == row["runs"], row
+
+
 def test_bench_quick_on_a_tiny_model(folders, capsys, tmp_path):
     from dataclasses import asdict
 

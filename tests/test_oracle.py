@@ -171,6 +171,31 @@ def test_mtdecode_check_exits_1_with_the_summary_for_a_wrong_decoder(decoder_mod
     assert code == 1 and "check_greedy FAILED" in out and "does NOT conform" in out
 
 
+def test_mtdecode_check_in_bfloat16_passes_a_correct_decoder_and_fails_a_real_bug_showing_the_margins(capsys):
+    """Exact up to ties: the correct homework decoder passes in bfloat16; the one whose cache keeps a rejected guess
+    fails, and its report gives the position, both tokens and greedy's logit gap against the calibrated ε."""
+    code, out, _ = mtdecode_check("mtdecode.testing.mutants:homework_speculative", "--dtype", "bfloat16", capsys=capsys)
+    assert code == 0 and "exact up to ties (tier 2)" in out and "ε = " in out, out
+    code, out, _ = mtdecode_check("mtdecode.testing.mutants:cache_rollback_off_by_one", "--dtype", "bfloat16",
+                                  capsys=capsys)  # fmt: skip
+    assert code == 1 and "check_greedy FAILED (exact up to ties, bfloat16)" in out, out
+    assert "greedy's logit gap between them" in out and "top-2 margin" in out and ": bug" in out
+
+
+def test_check_greedy_takes_a_model_of_your_own_in_your_dtype():
+    """A model the oracle did not build (another family, vocabulary and dtype) and a wrong dtype refused."""
+    import torch
+
+    from mtdecode.testing import tiny_model
+
+    model = tiny_model("qwen2", vocab_size=40, seed=5, dtype=torch.float16)
+    report = check_greedy(ours("prompt_lookup"), model=model, examples=6)
+    assert report.passed and report.figures["vocab"] == 40 and report.figures["dtype"] == "float16", str(report)
+    assert not check_greedy(mutants.cache_rollback_off_by_one, model=model, examples=20).passed
+    with pytest.raises(ValueError, match="the model is torch.float16 but dtype=torch.bfloat16"):
+        check_greedy(ours("prompt_lookup"), model=model, dtype="bfloat16")
+
+
 @pytest.mark.parametrize(
     "target, message",
     [
@@ -216,7 +241,7 @@ def test_the_pytest_plugin_gives_another_project_the_oracle(decoder_module):
         env={**os.environ, "PYTHONPATH": str(decoder_module)},
     )
     assert "1 failed, 4 passed" in run.stdout, run.stdout + run.stderr
-    assert "check_greedy FAILED: off_by_one" in run.stdout
+    assert "check_greedy FAILED (bit-exact, float64): off_by_one" in run.stdout
 
 
 def test_the_tiny_models_are_the_checks_own():

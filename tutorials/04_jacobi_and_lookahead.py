@@ -109,7 +109,7 @@ plt.show()
 #
 # A step feeds (W + G)(N - 1) tokens. On a large GPU a forward over 56 tokens costs about what a forward
 # over 1 does, which is why the paper's defaults are W = 7, N = 5, G = 7. On a CPU the cost grows with the
-# number of tokens. `mtdecode.tuning` measures it (once per model and device):
+# number of tokens. `mtdecode.tuning` measures it once per model, device and host, and keeps it on disk:
 
 # %%
 costs = tuning.forward_costs(smol)

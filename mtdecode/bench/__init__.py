@@ -8,7 +8,11 @@ shared machine hit every contender alike. Then, per contender and task:
 
 - tokens/s, and the speed-up: its tokens/s over `Autoregressive`'s on the same prompts;
 - tokens per target forward pass (transformers' decoders are counted with a forward hook);
-- identical: in how many runs the tokens equal `Autoregressive`'s greedy tokens.
+- identical: in how many runs the tokens equal `Autoregressive`'s greedy tokens. In bfloat16 and
+  float16 (`--dtype`), where exact means exact up to ties (`mtdecode.testing.ties`), every run that
+  differs is read again as greedy decoding reads it: a run whose every difference lies within the
+  calibrated ε counts as a near-tie, one with a larger gap anywhere as beyond ε (a bug), and each
+  difference's gap is kept (`Tally.differences`).
 
 Decoding is greedy (temperature 0) and stops at the model's end-of-turn token.
 """
@@ -16,9 +20,10 @@ Decoding is greedy (temperature 0) and stops at the model's end-of-turn token.
 import json
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -133,21 +138,36 @@ def _need(draft: CausalLM | None, name: str) -> CausalLM:
 
 @dataclass
 class Tally:
-    """Sums over the runs of one contender on one task."""
+    """Sums over the runs of one contender on one task; `near_ties` and `beyond` count the runs that differ from
+    greedy's tokens only at near-ties, or somewhere beyond ε (judged only where a `judge` was given), and
+    `differences` lists each difference of those runs as (gap, top-2 margin)."""
 
     seconds: float = 0.0
     tokens: int = 0
     forwards: int = 0
     identical: int = 0
     runs: int = 0
+    near_ties: int = 0
+    beyond: int = 0
+    differences: list = field(default_factory=list)
 
     def add(self, other: "Tally") -> None:
-        for name in ("seconds", "tokens", "forwards", "identical", "runs"):
+        for name in ("seconds", "tokens", "forwards", "identical", "runs", "near_ties", "beyond", "differences"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
-def race(contenders: dict[str, Contender], prompts: list[list[int]], on_run: Callable[[str], None]) -> dict[str, Tally]:
-    """Decode every prompt with every contender, rotating who goes first; `on_run(name)` after each run."""
+#: reads a run's tokens as greedy decoding would: prompt, tokens -> the differences (`mtdecode.testing.ties`)
+Judge = Callable[[list[int], list[int]], list]
+
+
+def race(
+    contenders: dict[str, Contender],
+    prompts: list[list[int]],
+    on_run: Callable[[str], None],
+    judge: Judge | None = None,
+) -> dict[str, Tally]:
+    """Decode every prompt with every contender, rotating who goes first; `on_run(name)` after each run. With a
+    `judge`, every exact contender's run that is not identical to greedy's is judged up to ties."""
     names = list(contenders)
     tallies = {name: Tally() for name in names}
     for i, prompt in enumerate(prompts):
@@ -162,7 +182,14 @@ def race(contenders: dict[str, Contender], prompts: list[list[int]], on_run: Cal
             tallies[name].runs += 1
             on_run(name)
         for name in names:
-            tallies[name].identical += outputs[name].tokens == outputs[BASELINE].tokens
+            same = outputs[name].tokens == outputs[BASELINE].tokens
+            tallies[name].identical += same
+            if judge is not None and not same and _is_exact(name):
+                found = judge(prompt, outputs[name].tokens)
+                tallies[name].differences += [(d.gap, d.top2) for d in found]
+                near = bool(found) and all(d.near_tie for d in found)
+                tallies[name].near_ties += near
+                tallies[name].beyond += not near
     return tallies
 
 
@@ -178,6 +205,9 @@ class Row:
     identical: int
     runs: int
     exact: bool  # whether the contender promises greedy's tokens (MTAD does not)
+    near_ties: int = 0  # runs that differ from greedy's only at near-ties (half precision)
+    beyond: int = 0  # runs with a difference beyond ε
+    differences: list = field(default_factory=list)  # [gap, top-2 margin] of every difference in those runs
 
 
 def rows_for(task: str, tallies: dict[str, Tally], exact: dict[str, bool]) -> list[Row]:
@@ -186,7 +216,8 @@ def rows_for(task: str, tallies: dict[str, Tally], exact: dict[str, bool]) -> li
     for name, t in tallies.items():
         speed = t.tokens / t.seconds
         per_forward = t.tokens / t.forwards if t.forwards else 0.0
-        rows.append(Row(task, name, speed, speed / base, per_forward, t.identical, t.runs, exact[name]))
+        rows.append(Row(task, name, speed, speed / base, per_forward, t.identical, t.runs, exact[name], t.near_ties,
+                        t.beyond, [list(d) for d in t.differences]))  # fmt: skip
     return rows
 
 
@@ -201,10 +232,12 @@ def run(
     max_new_tokens: int,
     options: dict[str, dict] | None = None,
     progress: bool = True,
+    judge: Judge | None = None,
 ) -> list[Row]:
     """Run the benchmark; returns one `Row` per task and contender, then one per contender over all tasks.
 
-    `options[name]` are settings for strategy `name` (its defaults otherwise).
+    `options[name]` are settings for strategy `name` (its defaults otherwise); `judge` (`race`) reads the runs
+    that differ from greedy's up to ties.
     """
     from tqdm.auto import tqdm
 
@@ -213,7 +246,7 @@ def run(
     contenders = contenders_for(names, model, draft, max_new_tokens=max_new_tokens, eos_token_id=eos, options=options)
     exact = {name: _is_exact(name) for name in contenders}
     prompts = {
-        task: [_tokenize(tokenizer, messages) for messages in suite[task]["prompts"][:prompts_per_task]]
+        task: [tokenize(tokenizer, messages) for messages in suite[task]["prompts"][:prompts_per_task]]
         for task in tasks
     }
 
@@ -232,7 +265,7 @@ def run(
             bar.set_postfix_str(name, refresh=False)
             bar.update()
 
-        tallies = race(contenders, prompts[task], tick)
+        tallies = race(contenders, prompts[task], tick, judge)
         rows += rows_for(task, tallies, exact)
         for name, tally in tallies.items():
             overall[name].add(tally)
@@ -240,11 +273,29 @@ def run(
     return rows + rows_for("all", overall, exact)
 
 
+def tie_judge(model: CausalLM, tokenizer, tasks: Sequence[str], *, quiet: bool = False):
+    """In half precision, a `Judge` that reads a run up to ties (`mtdecode.testing.ties`) with the ε calibrated on
+    the first prompt of (up to) two of `tasks`, and that `TieBound`; (None, None) in float32 and float64."""
+    from mtdecode.testing.ties import BIT_EXACT, calibrate, greedy_differences
+
+    if model.dtype in BIT_EXACT:
+        return None, None
+    if not quiet:
+        print(f"calibrating ε for {model.dtype} ...", file=sys.stderr, flush=True)
+    texts = [load_suite()["tasks"][task]["prompts"][0] for task in list(tasks)[:2]]
+    bound = calibrate(model, [tokenize(tokenizer, messages) for messages in texts])
+
+    def judge(prompt: list[int], tokens: list[int]) -> list:
+        return greedy_differences(model, prompt, tokens, epsilon=bound.epsilon)
+
+    return judge, bound
+
+
 def _is_exact(name: str) -> bool:
     return name in PEERS or getattr(REGISTRY[name], "exact", True)
 
 
-def _tokenize(tokenizer, messages: list[dict]) -> list[int]:
+def tokenize(tokenizer, messages: list[dict]) -> list[int]:
     return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"])
 
 
@@ -253,6 +304,10 @@ def table(rows: Sequence[Row]) -> list[tuple]:
     lines = []
     for r in rows:
         same = f"{r.identical}/{r.runs}" + ("" if r.exact else " (not exact by design)")
+        if r.near_ties:
+            same += f", {r.near_ties} more up to ties"
+        if r.beyond:
+            same += f", {r.beyond} BEYOND ε"
         per_forward = f"{r.tokens_per_forward:.2f}" if r.tokens_per_forward else "-"
         lines.append((r.task, r.contender, f"{r.tokens_per_second:.1f}", f"{r.speedup:.2f}x", per_forward, same))
     return lines

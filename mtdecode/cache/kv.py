@@ -37,7 +37,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from mtdecode.tensor_types import Bool, Int, Tensor
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: below this many columns, holes are not worth a full packing
 _PACK_AT_LEAST = 16
@@ -117,7 +117,7 @@ class KVCache:
         **Raises:** `ValueError` if a length is negative or larger than the row holds.
         """
         if self.valid is None:
-            if not torch.all(torch.as_tensor(lengths) == 0):
+            if not torch.all(torch.as_tensor(lengths, device="cpu") == 0):
                 raise ValueError(f"cannot crop an empty cache to {lengths}")
             return
         lengths = torch.as_tensor(lengths, dtype=torch.long, device=self.valid.device).expand(self.valid.shape[0])
@@ -138,9 +138,9 @@ class KVCache:
         **Raises:** `ValueError` if an index is outside `[0, pending)` or repeats within a row.
         """
         batch = 1 if self.valid is None else self.valid.shape[0]
-        index = torch.as_tensor(indices, dtype=torch.long).reshape(-1) if _flat(indices) else None
-        index = index[None].expand(batch, -1) if index is not None else torch.as_tensor(indices, dtype=torch.long)
-        index = index.reshape(batch, -1).to("cpu" if self.valid is None else self.valid.device)
+        device = "cpu" if self.valid is None else self.valid.device
+        index = torch.as_tensor(indices, dtype=torch.long, device=device)
+        index = (index.reshape(-1)[None].expand(batch, -1) if _flat(indices) else index).reshape(batch, -1)
         listed = index[index >= 0]
         if (index < -1).any() or (listed.numel() and listed.max() >= self.pending):
             raise ValueError(f"keep({index.tolist()}): indices must lie in [0, {self.pending}) (or -1 for none)")
@@ -182,15 +182,11 @@ class KVCache:
         positions = self.positions.gather(1, source)
         end = start + source.shape[1]  # <= columns: a row keeps at most its pending entries
         for layer in self._layers():
-            # the picked columns (batch, heads, kept, dim) overwrite columns [start, end) in place, and the
-            # rest is cut off: no copy of the committed columns (as long as the whole cache, every step)
-            picked = source.to(layer.keys.device)[:, None, :, None].expand(
-                -1, layer.keys.shape[1], -1, layer.keys.shape[3]
-            )
-            keys, values = layer.keys.gather(2, picked), layer.values.gather(2, picked)
-            layer.keys[:, :, start:end] = keys
-            layer.values[:, :, start:end] = values
-            layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
+            # the picked columns overwrite columns [start, end) in place, and the rest is cut off: no copy of the
+            # committed columns (as long as the whole cache, every step). Keys and values may differ in width
+            # (DeepSeek's compressed attention caches wider keys than values), so each gets its own index.
+            layer.keys = _packed(layer.keys, source, start, end)
+            layer.values = _packed(layer.values, source, start, end)
         self.valid = torch.cat([self.valid[:, :start], valid], dim=1)
         self.positions = torch.cat([self.positions[:, :start], positions], dim=1)
         self.committed = self.columns
@@ -221,6 +217,16 @@ class KVCache:
 
     def __repr__(self) -> str:
         return f"KVCache(columns={self.columns}, committed={self.committed}, pending={self.pending})"
+
+
+def _packed(
+    cached: Float[Tensor, "batch heads columns dim"], source: Int[Tensor, "batch kept"], start: int, end: int
+) -> Float[Tensor, "batch heads end dim"]:
+    """`cached` with columns [start, end) replaced by its columns `source` (per row), and cut at `end`."""
+    batch, heads, _, dim = cached.shape
+    picked = source.to(cached.device)[:, None, :, None].expand(batch, heads, -1, dim)  # (batch, heads, kept, dim)
+    cached[:, :, start:end] = cached.gather(2, picked)
+    return cached[:, :, :end]
 
 
 def _flat(indices) -> bool:

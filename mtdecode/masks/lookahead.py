@@ -80,21 +80,21 @@ class LookaheadLayout:
     def positions(self, prefix: int = 0, device: torch.device | str | None = None) -> Int[Tensor, " new"]:
         """Position ids: context token i at prefix + i; cell (r, j) at p + r + j; candidate token k at p + 1 + k."""
         p = prefix + self.context - 1  # x0's position
-        positions = torch.empty(self.size, dtype=torch.long)
-        positions[: self.context] = torch.arange(prefix, p + 1)
+        positions = torch.empty(self.size, dtype=torch.long, device="cpu")
+        positions[: self.context] = torch.arange(prefix, p + 1, device="cpu")
         for r in range(self.rows):
             for j in range(1 if r == 0 else 0, self.columns):
                 positions[self.cell(r, j)] = p + r + j
         for c in range(self.candidates):
             start = self.candidate(c, 0)
-            positions[start : start + self.length] = torch.arange(p + 1, p + 1 + self.length)
+            positions[start : start + self.length] = torch.arange(p + 1, p + 1 + self.length, device="cpu")
         return positions.to(device)
 
     def mask(self, prefix: int = 0, device: torch.device | str | None = None) -> Bool[Tensor, "query key"]:
         """The boolean mask over (prefix + new) keys described in the module docstring."""
         u, size = self.context, self.size
-        among_new = torch.zeros(size, size, dtype=torch.bool)  # (query, new)
-        among_new[:u, :u] = torch.ones(u, u, dtype=torch.bool).tril()  # the context is causal
+        among_new = torch.zeros(size, size, dtype=torch.bool, device="cpu")  # (query, new)
+        among_new[:u, :u] = torch.ones(u, u, dtype=torch.bool, device="cpu").tril()  # the context is causal
         among_new[u:, :u] = True  # window and candidates see the whole context, x0 included
         for r in range(self.rows):
             for j in range(1 if r == 0 else 0, self.columns):
@@ -104,6 +104,6 @@ class LookaheadLayout:
         for c in range(self.candidates):
             start = self.candidate(c, 0)
             own = slice(start, start + self.length)
-            among_new[own, own] = torch.ones(self.length, self.length, dtype=torch.bool).tril()
-        sees_prefix = torch.ones(size, prefix, dtype=torch.bool)  # (query, prefix)
+            among_new[own, own] = torch.ones(self.length, self.length, dtype=torch.bool, device="cpu").tril()
+        sees_prefix = torch.ones(size, prefix, dtype=torch.bool, device="cpu")  # (query, prefix)
         return torch.cat([sees_prefix, among_new], dim=1).to(device)

@@ -46,7 +46,7 @@ from typing import ClassVar
 
 import torch
 
-from mtdecode import masks, tuning
+from mtdecode import masks, store, tuning
 from mtdecode.cache import KVCache
 from mtdecode.drafting import DraftCosts, DraftLength, check_counts
 from mtdecode.model import CausalLM, Runner
@@ -235,14 +235,10 @@ def read_features(
 def measure_depth_cost(target: CausalLM, head: EagleHead, width: int) -> float:
     """One more depth of the tree (a head forward over `width` nodes after `tuning.CONTEXT` entries, the nodes'
     scores and the choice of children) against a 1-token target forward after as many tokens, both measured on
-    this host (the fastest of 5 runs each; measured once per head, target and width)."""
-    key = (id(target), id(head), width)
-    if key not in _DEPTH_COSTS:
-        _DEPTH_COSTS[key] = _time_depth(head, width) / tuning.forward_costs(target)[1]
-    return _DEPTH_COSTS[key]
-
-
-_DEPTH_COSTS: dict[tuple[int, int, int], float] = {}
+    this host (the fastest of 5 runs each; measured once per head architecture, width and host, and kept on disk
+    like the target's costs, `mtdecode.store`)."""
+    key = {"head": store.module_key(head), "width": width}
+    return tuning.kept_seconds("eagle-depth", key, lambda: _time_depth(head, width)) / tuning.forward_costs(target)[1]
 
 
 def _time_depth(head: EagleHead, width: int, repeats: int = 5) -> float:

@@ -75,6 +75,7 @@ def prompt_tokens(s: Session, n: int) -> Int[Tensor, "batch n"]:
     """n tokens drawn at random from each row's prompt, with the row's random stream (a seed repeats them)."""
     lengths = torch.tensor(s.prompt_lengths, device=s.device)  # (batch,)
     width = max(s.prompt_lengths)
-    prompts = torch.tensor([row[:n] + [0] * (width - n) for row, n in zip(s.tokens, s.prompt_lengths, strict=True)])
+    rows = [row[:n] + [0] * (width - n) for row, n in zip(s.tokens, s.prompt_lengths, strict=True)]
+    prompts = torch.tensor(rows, device="cpu")
     picks = (s.random.uniform(n).to(s.device) * lengths[:, None]).long()  # (batch, n): uniform over positions
     return prompts.to(s.device).gather(1, torch.minimum(picks, lengths[:, None] - 1))

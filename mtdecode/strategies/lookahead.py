@@ -110,7 +110,7 @@ class Lookahead:
             candidates = pad_candidates(found, s.device)  # step 1
             steps, new_row, verdict = lookahead_step(s, window, candidates)  # steps 2-3
             if rule is not None:
-                tried = torch.tensor([len(row) for row in found])
+                tried = torch.tensor([len(row) for row in found], device="cpu")
                 rule.record(tried.to(s.device), verdict.accepted)
                 record.add(tried, verdict.candidate.cpu(), verdict.accepted.cpu())
             yield steps
@@ -165,9 +165,9 @@ class CandidateRecord:
     rate and L the tokens per accepted candidate."""
 
     def __init__(self, batch: int, ranks: int) -> None:
-        self.hits = torch.zeros(batch, ranks, dtype=torch.float64)
-        self.tries = torch.zeros(batch, ranks, dtype=torch.float64)
-        self.tokens = torch.zeros(batch, dtype=torch.float64)  # tokens brought by accepted candidates
+        self.hits = torch.zeros(batch, ranks, dtype=torch.float64, device="cpu")
+        self.tries = torch.zeros(batch, ranks, dtype=torch.float64, device="cpu")
+        self.tokens = torch.zeros(batch, dtype=torch.float64, device="cpu")  # tokens brought by accepted candidates
 
     def expected(self, width: int) -> Float[Tensor, "batch options"]:
         """E(0..width): expected tokens of a step that verifies the first g candidates, g = 0..width."""
@@ -180,7 +180,7 @@ class CandidateRecord:
         self, tried: Int[Tensor, " batch"], candidate: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]
     ) -> None:
         """After verification: row b verified its first `tried[b]` candidates; `candidate[b]` brought `accepted[b]`."""
-        rank = torch.arange(self.hits.shape[1])
+        rank = torch.arange(self.hits.shape[1], device="cpu")
         hit = (accepted > 0) & (candidate >= 0)
         self.tries += (rank < tried[:, None]).double()
         self.hits += ((rank == candidate[:, None]) & hit[:, None]).double()
@@ -190,7 +190,7 @@ class CandidateRecord:
 def worth_trying(found: list[list[list[int]]], rule: DraftLength, record: CandidateRecord) -> list[list[list[int]]]:
     """Each row's first candidates, as many as `rule` plans to verify (`DraftLength.plan_expected`) from the row's
     record (`CandidateRecord`)."""
-    available = torch.tensor([len(row) for row in found])
+    available = torch.tensor([len(row) for row in found], device="cpu")
     expected = record.expected(max(map(len, found), default=0))
     keep = rule.plan_expected(expected.to(rule.hits.device), available).tolist()
     return [row[:k] for row, k in zip(found, keep, strict=True)]
@@ -200,10 +200,10 @@ def pad_candidates(found: list[list[list[int]]], device: torch.device) -> Int[Te
     """Every row's candidates as one tensor, padded with -1 (no candidate, or a shorter one)."""
     count = max(map(len, found), default=0)
     length = max((len(c) for row in found for c in row), default=0)
-    padded = torch.full((len(found), count, length), NONE, dtype=torch.long)
+    padded = torch.full((len(found), count, length), NONE, dtype=torch.long, device="cpu")
     for b, row in enumerate(found):
         for c, candidate in enumerate(row):
-            padded[b, c, : len(candidate)] = torch.tensor(candidate, dtype=torch.long)
+            padded[b, c, : len(candidate)] = torch.tensor(candidate, dtype=torch.long, device="cpu")
     return padded.to(device)
 
 

@@ -67,7 +67,7 @@ class PromptLookup:
                 copied = worth_verifying(copied, length, record)
             steps, _, accepted = verify_chain(s, padded(copied, s.device))  # step 2
             if length is not None:
-                drafted = torch.tensor([len(c) for c in copied])
+                drafted = torch.tensor([len(c) for c in copied], device="cpu")
                 length.record(drafted.to(s.device), accepted)
                 record.add(drafted, accepted.cpu())
             yield steps
@@ -92,14 +92,15 @@ class CopyRecord:
     PRIOR = 2.0
 
     def __init__(self, batch: int) -> None:
-        self.hits = torch.zeros(batch, self.DEPTHS, dtype=torch.float64)  # columns: first, second, later tokens
-        self.tries = torch.zeros(batch, self.DEPTHS, dtype=torch.float64)
+        # columns: first, second, later tokens (bookkeeping on the host)
+        self.hits = torch.zeros(batch, self.DEPTHS, dtype=torch.float64, device="cpu")
+        self.tries = torch.zeros(batch, self.DEPTHS, dtype=torch.float64, device="cpu")
 
     def chances(self, width: int) -> Float[Tensor, "batch width"]:
         """P(copied token i + 1 accepted | tokens 1..i accepted) for i < `width`, per row: its depth's record and its
         prior, or a shallower position's chance where that is higher (a copy that held so far holds on at least as
         often)."""
-        position = torch.arange(width)
+        position = torch.arange(width, device="cpu")
         depth = position.clamp(max=self.DEPTHS - 1)
         prior = (position + 1.0) / (position + 2.0)  # (width,): the rule of succession within the copy
         rate = (self.hits[:, depth] + self.PRIOR * prior) / (self.tries[:, depth] + self.PRIOR)  # (batch, width)
@@ -107,7 +108,7 @@ class CopyRecord:
 
     def add(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         """After verification: copied tokens 1..accepted held, token accepted + 1 (if drafted) did not."""
-        position = torch.arange(int(drafted.max()) if drafted.numel() else 0)
+        position = torch.arange(int(drafted.max()) if drafted.numel() else 0, device="cpu")
         tried = ((position <= accepted[:, None]) & (position < drafted[:, None])).double()  # (batch, drafted)
         hit = (position < accepted[:, None]).double()
         depth = position.clamp(max=self.DEPTHS - 1).expand_as(tried)
@@ -118,7 +119,7 @@ class CopyRecord:
 def worth_verifying(copied: list[list[int]], length: DraftLength, record: CopyRecord) -> list[list[int]]:
     """The prefix of each row's copy that `length` plans to verify (`DraftLength.plan`), each copied token counting
     with its acceptance so far in this row (`CopyRecord`), known before anything is verified."""
-    available = torch.tensor([len(row) for row in copied])  # (batch,)
+    available = torch.tensor([len(row) for row in copied], device="cpu")  # (batch,)
     chances = record.chances(max(map(len, copied), default=0))  # (batch, longest copy)
     keep = length.plan(chances.to(length.hits.device), available).tolist()
     return [row[:n] for row, n in zip(copied, keep, strict=True)]

@@ -54,8 +54,9 @@ class Speculative:
       row drafts until the draft is unsure (`mtdecode.drafting`), at most `max_draft_tokens`.
     - `max_draft_tokens`: the most guesses per step when k is not fixed.
     - `costs`: the `DraftCosts` the stopping rule weighs; None: measured on this host
-      (`mtdecode.tuning.draft_costs`), once per model pair and process. Pass them to make
-      seeded sampling repeat exactly across processes, since measured costs vary a little.
+      (`mtdecode.tuning.draft_costs`) once, and kept on disk, so that every process weighs the
+      same numbers and a seeded run repeats. Pass them to make a seeded run repeat on another
+      host as well.
     """
 
     draft: CausalLM | PreTrainedModel

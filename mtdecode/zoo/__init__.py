@@ -8,7 +8,6 @@ Nothing is downloaded at run time.
 """
 
 import importlib.util
-import os
 import shutil
 import sys
 import tempfile
@@ -18,6 +17,7 @@ import torch
 from filelock import FileLock
 
 from mtdecode.model import CausalLM
+from mtdecode.store import cache_dir
 from mtdecode.zoo.eagle import EagleHead
 from mtdecode.zoo.int8 import int8_linears
 from mtdecode.zoo.skinny import skinny_linears
@@ -94,12 +94,6 @@ def load_tokenizer(name: str = DEFAULT_MODEL):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(_folder(name))
-
-
-def cache_dir() -> Path:
-    """Where dequantized models are kept: `$XDG_CACHE_HOME/mtdecode` (default `~/.cache/mtdecode`)."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "mtdecode"
 
 
 def _load_eagle(device: str | torch.device, dtype: torch.dtype, quantize: str | None = None) -> EagleHead:

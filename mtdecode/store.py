@@ -1,0 +1,116 @@
+"""What mtdecode keeps on disk between processes: the dequantized default model (`mtdecode.zoo`) and the
+forward costs measured on this host (`mtdecode.tuning`).
+
+Measured costs steer the drafting rules (how many guesses a row verifies), and with them how many random
+numbers a sampled row draws. Measured afresh in every process, timing noise would change them a little,
+and a seeded run would not repeat across processes. So each measurement is made once per model
+architecture, dtype, device and host, kept as JSON, and read back by every later process: a seeded
+`generate` then repeats bit for bit across processes on the same host (`docs/concepts/rounding.md` says
+what else a repeat needs, and what makes runs differ across hosts).
+
+- `cache_dir()`: `$XDG_CACHE_HOME/mtdecode` (default `~/.cache/mtdecode`).
+- `costs_dir()`: `$MTDECODE_COSTS_DIR`, else `cache_dir() / "costs"`. Delete a file there (or run
+  `python -m mtdecode.tuning --measure-again`) to measure again.
+- `kept(kind, key, measure)`: the JSON value stored under `key`, made by `measure()` the first time. One
+  process measures while others wait for it (a file lock), so parallel test workers agree too.
+"""
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+import torch
+from filelock import FileLock
+
+
+def cache_dir() -> Path:
+    """Where mtdecode keeps what it builds: `$XDG_CACHE_HOME/mtdecode` (default `~/.cache/mtdecode`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "mtdecode"
+
+
+def costs_dir() -> Path:
+    """Where measured costs are kept: `$MTDECODE_COSTS_DIR`, else `cache_dir() / "costs"`."""
+    return Path(os.environ.get("MTDECODE_COSTS_DIR") or cache_dir() / "costs")
+
+
+def kept(kind: str, key: dict, measure: Callable[[], dict]) -> dict:
+    """The value kept for `key` (JSON-ready), measured by `measure()` and written the first time it is asked for.
+
+    The file is `costs_dir() / f"{kind}-{digest}.json"`, holding the key beside the value so that a person can
+    read what was measured where. JSON keeps floats exactly (their shortest repr), so the process that measured
+    and every later one use the same numbers.
+    """
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    folder = costs_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{kind}-{digest}.json"
+    with FileLock(str(path) + ".lock"):
+        if path.exists():
+            stored = json.loads(path.read_text())
+            if stored.get("key") == key:
+                return stored["value"]
+        value = json.loads(json.dumps(measure()))  # the same round trip a later reader makes
+        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
+            json.dump({"key": key, "value": value}, f, indent=1, sort_keys=True)
+        Path(f.name).replace(path)  # atomic: a half-written file is never read
+    return value
+
+
+def forget(kind: str | None = None) -> int:
+    """Delete the kept measurements (of one `kind`, or all); return how many files went."""
+    folder = costs_dir()
+    files = list(folder.glob(f"{kind or '*'}-*.json")) if folder.exists() else []
+    for path in files:
+        path.unlink(missing_ok=True)
+    return len(files)
+
+
+def module_key(module: torch.nn.Module) -> dict:
+    """What a forward's cost depends on, for a model or a head: its class, architecture (config without names and
+    versions), parameter shapes and dtypes, the kinds of its layers (a `SkinnyLinear` or an int8 one costs what a
+    float `Linear` does not) and its device. Weight values are left out: they do not change the cost."""
+    config = getattr(module, "config", None)
+    settings = {}
+    if config is not None:
+        settings = {k: v for k, v in config.to_dict().items() if "name" not in k and "version" not in k}
+    shapes = hashlib.sha256(
+        repr([(name, tuple(p.shape), str(p.dtype)) for name, p in module.named_parameters()]).encode()
+    ).hexdigest()[:16]
+    device = next((p.device for p in module.parameters()), torch.device("cpu"))
+    return {
+        "class": type(module).__qualname__,
+        "config": hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16],
+        "parameters": shapes,
+        "layers": sorted({type(m).__qualname__ for m in module.modules()}),
+        "attention": getattr(config, "_attn_implementation", None),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+    }
+
+
+def host_key() -> dict:
+    """What else a measured cost depends on: torch, its CPU kernels and threads, the machine."""
+    return {
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+    }
+
+
+@cache
+def cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), or what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
