@@ -15,6 +15,7 @@ printed, so that each flip can be seen to be a tie.
 import argparse
 import json
 import time
+from collections import Counter
 
 import torch
 
@@ -59,26 +60,31 @@ def main() -> None:
                   f"{row.beyond}; gaps at the differences: {gaps or '-'}")  # fmt: skip
     print("\n" + markdown(results))
     if args.json:
-        document = {dtype: {**r, "rows": {n: vars(row) for n, row in r["rows"].items()}} for dtype, r in results.items()}
+        document = {
+            dtype: {**result, "rows": {name: vars(row) for name, row in result["rows"].items()}}
+            for dtype, result in results.items()
+        }
         with open(args.json, "w") as f:
             json.dump(document, f, indent=1)
         print(f"written to {args.json}")
 
 
 def markdown(results: dict) -> str:
-    """The table for docs/concepts/rounding.md: per dtype and strategy, identical runs, near-ties, beyond ε, and the
-    largest gap at a difference against ε."""
+    """The table for docs/concepts/rounding.md: per dtype and strategy, identical runs, runs that differ only at
+    near-ties, runs that differ beyond ε, and the gaps at the flipped tokens (how many at each gap)."""
     lines = [
-        "| dtype | ε | strategy | identical | differ at near-ties only | differ beyond ε | tokens flipped | largest gap |",
+        "| dtype | ε | strategy | identical runs | differ only at near-ties | differ beyond ε | tokens flipped "
+        "| gaps at the flips |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for dtype, result in results.items():
         epsilon = "bit-exact" if result["epsilon"] is None else f"{result['epsilon']:.3g}"
         for name, row in result["rows"].items():
-            largest = max((gap for gap, _ in row.differences), default=None)
+            gaps = Counter(gap for gap, _ in row.differences)
+            shown = ", ".join(f"{gap:g} ×{count}" for gap, count in sorted(gaps.items())) or "-"
             lines.append(
                 f"| {dtype} | {epsilon} | {name} | {row.identical}/{row.runs} | {row.near_ties} | {row.beyond} | "
-                f"{len(row.differences)} | {'-' if largest is None else f'{largest:.3g}'} |"
+                f"{len(row.differences)} | {shown} |"
             )
     return "\n".join(lines)
 

@@ -57,7 +57,7 @@ def test_every_tensor_the_library_makes_states_its_device(temperature):
                      torch.arange(16)).to(target.dtype).eval()  # fmt: skip
     costs = DraftCosts(draft=0.1, target=[1.0, 1.1, 1.2, 1.3, 1.4, 1.5])
     watch = DeviceWatch()
-    for name, cls in REGISTRY.items():
+    for cls in REGISTRY.values():
         if needs_draft(cls):
             strategy = cls(draft, costs=costs)
         elif cls is Eagle:

@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 #: every strategy with its default settings, on tiny float32 models (a noisy copy of the target drafts, and Eagle
 #: gets an untrained head), sampling a batch of two prompts at temperature 0.8; prints {strategy: rows} as JSON
 RUN = """
