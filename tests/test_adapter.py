@@ -161,3 +161,58 @@ def test_features_are_the_top_hidden_state_of_the_same_forward(family):
     tolerance = rounding_tolerance(model, reference, keys=len(SEQUENCE))
     torch.testing.assert_close(torch.cat([head, features], dim=1), reference, rtol=0, atol=tolerance)
     assert cache.columns == len(SEQUENCE)  # the features came with the cache entries, from one forward each
+
+
+class IgnoresPositions(LlamaForCausalLM):
+    """A model that numbers its tokens by column, whatever `position_ids` it is given."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, past_key_values=None, **kw):
+        cache = cache if cache is not None else past_key_values
+        return super().forward(input_ids=input_ids, attention_mask=attention_mask, **{CACHE: cache}, **kw)
+
+
+class MasksByColumn(LlamaForCausalLM):
+    """A model that also hides keys more than 4 columns back, on top of the mask it is given (GPT-Neo's local layers
+    do this with their `window_size`)."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, past_key_values=None, **kw):
+        cache = cache if cache is not None else past_key_values
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 4:
+            queries, keys = attention_mask.shape[-2:]
+            column = torch.arange(keys)[None, :] - (keys - queries) - torch.arange(queries)[:, None]  # key - query
+            far = column < -4
+            attention_mask = attention_mask.masked_fill(far, torch.finfo(attention_mask.dtype).min)
+        return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               **{CACHE: cache}, **kw)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "broken, stage",
+    [
+        (IgnoresMask, "left padding"),
+        (IgnoresPositions, "hidden columns with positions that skip them"),
+        (MasksByColumn, "hidden columns with positions that skip them"),
+    ],
+)
+def test_the_probe_names_what_a_model_gets_wrong(broken, stage):
+    """Each broken model is refused before the first token, with the stage of the probe it failed; the same weights
+    in the real class pass."""
+    model = tiny_model()
+    CausalLM(model)  # the real class passes
+    bad = broken(model.config).to(torch.float64).eval()
+    bad.load_state_dict(model.state_dict())
+    with pytest.raises(UnsupportedModelError, match=f"{broken.__name__} did not obey .*\\({stage}: "):
+        CausalLM(bad)
+
+
+def test_alibi_is_refused_with_its_reason():
+    """Falcon with ALiBi builds its bias from a 2-D padding mask (it crashed on a 4-D one): refused, saying why."""
+    from transformers import AutoModelForCausalLM
+
+    from mtdecode.testing.families import tiny_config
+
+    config = tiny_config("falcon")
+    config.alibi = True
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").to(torch.float64).eval()
+    with pytest.raises(UnsupportedModelError, match="FalconForCausalLM uses ALiBi, a bias it builds from a 2-D"):
+        CausalLM(model)

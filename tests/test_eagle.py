@@ -74,3 +74,27 @@ def test_training_on_the_targets_forward_makes_the_loss_fall():
     assert after_train < 0.6 * before_train, (before_train, after_train)  # seen here: 1.24 -> 0.55
     assert after[0] < 0.9 * before[0], (before, after)  # seen here: 1.23 -> 0.90
     assert after[1] < before[1] and after[2] < before[2], (before, after)
+
+
+def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):
+    """The whole recipe (`python -m mtdecode.zoo.eagle all`) on a tiny GPT-2 target (LayerNorm, GPT-2's own config
+    names, absolute positions) with the default model's tokenizer and chat template, at a hundredth of its prompts:
+    every stage runs, the exported head has the target's width and LayerNorm, loads back, and drafts for Eagle,
+    whose output is then greedy decoding's."""
+    from mtdecode.strategies import Eagle
+    from mtdecode.testing.families import tiny_family_model
+    from mtdecode.zoo import eagle, load_tokenizer
+
+    tokenizer = load_tokenizer()
+    model = tiny_family_model("gpt2", vocab_size=len(tokenizer), dtype=torch.float32)
+    folder, out = tmp_path / "tiny-gpt2", tmp_path / "head"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    eagle.main(["all", "--work", str(tmp_path / "work"), "--model", str(folder), "--scale", "0.01", "--new-tokens",
+                "6", "--steps", "3", "--window", "32", "--sequences", "1", "--out", str(out)])  # fmt: skip
+    head = eagle.load_head(model, out)
+    assert isinstance(head.norm, torch.nn.LayerNorm) and head.fuse.out_features == model.config.n_embd == 32
+    prompt = tokenizer("def add(a, b):\n    return a + b\n\ndef add(a, b):")["input_ids"]
+    greedy = mtdecode.generate(model, prompt, Autoregressive(), max_new_tokens=12)
+    drafted = mtdecode.generate(model, prompt, Eagle(head, depth=2, width=2), max_new_tokens=12, seed=0)
+    assert drafted.row(0) == greedy.row(0)

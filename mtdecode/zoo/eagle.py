@@ -1,4 +1,5 @@
-"""A feature-level draft head (EAGLE-1 style, Li et al. 2024) for a Llama-family target, and its training recipe.
+"""A feature-level draft head (EAGLE-1 style, Li et al. 2024) for a target of any supported family, and its training
+recipe (`--model` trains one for a target of your own; the shipped head is the default model's).
 
 EAGLE drafts in the target's feature space instead of with a separate small model. The
 feature f_t is the target's top hidden state at position t (what its output layer reads;
@@ -66,6 +67,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig, PretrainedConfig
+from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from mtdecode.cache import KVCache, cache_keyword
@@ -73,6 +75,8 @@ from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: weight of the token loss against the feature loss (EAGLE-1)
 TOKEN_LOSS_WEIGHT = 0.1
+#: the recipe's target when none is named
+DEFAULT_TARGET = "smollm2-135m-instruct"
 
 
 class EagleHead(nn.Module):
@@ -80,8 +84,9 @@ class EagleHead(nn.Module):
 
     **Arguments:**
 
-    - `config`: the target's config (hidden size, heads, rotary settings); the head is one Llama decoder layer
-      with these sizes, whatever the target's family.
+    - `config`: the target's config, of any family; the head is one Llama decoder layer with the target's sizes,
+      read through the config's own names (`head_layer_config`), and a final norm of the target's kind
+      (`head_norm`).
     - `embedding`: the target's input embedding `(vocab, hidden)`, frozen and shared.
     - `output`: the target's output layer weight `(vocab, hidden)`, frozen and shared.
     - `head_token_ids`: the tokens the head scores `(head,)`; every other token gets probability 0.
@@ -95,15 +100,12 @@ class EagleHead(nn.Module):
         head_token_ids: Int[Tensor, " head"],
     ) -> None:
         super().__init__()
-        hidden = config.hidden_size
-        family = ("layer_types", "model_type", "architectures")  # the target's; the head is one Llama layer
-        settings = {k: v for k, v in config.to_dict().items() if k not in family}
-        layer_config = LlamaConfig(**{**settings, "num_hidden_layers": 1})
-        layer_config._attn_implementation = "sdpa"
+        layer_config = head_layer_config(config)
+        hidden = layer_config.hidden_size
         self.fuse = nn.Linear(2 * hidden, hidden, bias=True)  # step 1
         self.layer = LlamaDecoderLayer(layer_config, layer_idx=0)  # step 2
         self.cache_keyword = cache_keyword(self.layer.forward)  # `cache` (transformers >= 5.24) or `past_key_values`
-        self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)  # step 3
+        self.norm = head_norm(config, hidden)  # step 3
         self.rotary = LlamaRotaryEmbedding(layer_config)
         self.register_buffer("embedding", embedding.detach().clone(), persistent=False)
         self.register_buffer("head_token_ids", head_token_ids.long().clone(), persistent=True)
@@ -172,6 +174,65 @@ class EagleHead(nn.Module):
         return fast_matmul(features, self.output)  # `features @ output.T`, by the fastest path for few rows
 
 
+def head_layer_config(config: PretrainedConfig) -> LlamaConfig:
+    """The config of the head's one Llama decoder layer, sized like the target's layers: hidden size, heads,
+    key/value heads, head size, MLP width and activation, read through the target config's standard names (each
+    family's `attribute_map` resolves them: GPT-2's `n_embd` is its `hidden_size`; where a size differs from layer
+    to layer, the largest). The rotary embedding is the plain kind at the target's base frequency (10,000 where
+    the target has no rotary positions): the head's positions are its own, and exactness never depends on it."""
+    hidden = _setting(config, "hidden_size")
+    heads = _setting(config, "num_attention_heads") or max(1, hidden // 64)
+    intermediate = _setting(config, "intermediate_size", "n_inner", "ffn_dim") or 4 * hidden
+    rope = _setting(config, "rope_parameters") or {}
+    act = _setting(config, "hidden_act", "activation_function")
+    layer = LlamaConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=1,
+        num_attention_heads=heads,
+        num_key_value_heads=_setting(config, "num_key_value_heads") or heads,
+        head_dim=_setting(config, "head_dim") or hidden // heads,
+        hidden_act=act if isinstance(act, str) and act in ACT2FN else "silu",
+        max_position_embeddings=_setting(config, "max_position_embeddings") or 4096,
+        rope_parameters={"rope_type": "default", "rope_theta": rope.get("rope_theta", 10_000.0)},
+        attention_bias=bool(_setting(config, "attention_bias")),
+        mlp_bias=bool(_setting(config, "mlp_bias")),
+        rms_norm_eps=norm_eps(config),
+    )
+    layer._attn_implementation = "sdpa"
+    return layer
+
+
+def _setting(config: PretrainedConfig, *names: str):
+    """The first of `names` the config sets (a per-layer list: its largest entry), or None. Configs whose sizes
+    vary by layer refuse to give one global value; they count as not setting it."""
+    for name in names:
+        try:
+            value = getattr(config, name, None)
+        except Exception:  # "a per-layer attribute": transformers' heterogeneous configs
+            value = None
+        if isinstance(value, list | tuple) and value and all(isinstance(v, int) for v in value):
+            value = max(value)
+        if value is not None:
+            return value
+    return None
+
+
+def norm_eps(config: PretrainedConfig) -> float:
+    """The target's normalisation epsilon, by whichever name its family gives it (1e-5 where it gives none)."""
+    eps = _setting(config, "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "norm_epsilon")
+    return float(eps if eps is not None else 1e-5)
+
+
+def head_norm(config: PretrainedConfig, hidden: int) -> nn.Module:
+    """Step 3's norm, of the target's kind: RMSNorm for the families that use it (a `rms_norm_eps`), else LayerNorm,
+    with the target's epsilon: the head predicts features that the target's own final norm made."""
+    if _setting(config, "rms_norm_eps") is not None or _setting(config, "layer_norm_eps", "layer_norm_epsilon") is None:
+        return LlamaRMSNorm(hidden, eps=norm_eps(config))
+    return nn.LayerNorm(hidden, eps=norm_eps(config))
+
+
 def eagle_loss(
     head: EagleHead, features: Float[Tensor, "batch seq hidden"], tokens: Int[Tensor, "batch seq"]
 ) -> tuple[Float[Tensor, ""], Float[Tensor, ""], Float[Tensor, ""]]:
@@ -214,7 +275,7 @@ TASK_PROMPTS = {"chat": (384, 24), "code": (128, 16), "math": (192, 16), "summar
 NEW_TOKENS = {"passage": 160}  # the others: 128
 
 
-def task_prompts(kind: str, count: int, work, held_out: bool) -> list[list[dict]]:
+def task_prompts(kind: str, count: int, work, held_out: bool, model: str | None = None) -> list[list[dict]]:
     """The first `count` chats of one task kind (chat is shuffled with a fixed seed so every template is in).
     Kinds that read the target's earlier answers (`summary`, `conversation`, `extract`) need those made first."""
     import random
@@ -223,7 +284,7 @@ def task_prompts(kind: str, count: int, work, held_out: bool) -> list[list[dict]
     from mtdecode.zoo import prompts as p
 
     def answers(of: str) -> list[str]:
-        tokenizer = load_tokenizer()
+        tokenizer = load_tokenizer(model or DEFAULT_TARGET)
         return [tokenizer.decode(r["tokens"][r["answer_start"] :], skip_special_tokens=True)
                 for r in load_records(work, of, held_out)]  # fmt: skip
 
@@ -239,7 +300,8 @@ def task_prompts(kind: str, count: int, work, held_out: bool) -> list[list[dict]
     elif kind == "question":
         texts = p.question_prompts(held_out)
     elif kind == "conversation":
-        return p.conversations(p.question_prompts(held_out), answers("question"), held_out)[:count]
+        answered = answers("question")  # the questions the target answered (all, unless the recipe is scaled down)
+        return p.conversations(p.question_prompts(held_out)[: len(answered)], answered, held_out)[:count]
     elif kind == "passage":
         texts = p.passage_requests(held_out)
     elif kind == "extract":
@@ -250,9 +312,10 @@ def task_prompts(kind: str, count: int, work, held_out: bool) -> list[list[dict]
 
 
 def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, batch: int = 16,
-              new_tokens: int = 128) -> None:  # fmt: skip
-    """The target answers one task kind's prompts greedily, `batch` at a time; each shard keeps every sequence's
-    tokens (prompt + answer), where its answer starts, and the target's features along it (float16)."""
+              new_tokens: int = 128, model: str | None = None) -> None:  # fmt: skip
+    """The target (`model`: a name or folder for `load_model`, the default model if None) answers one task kind's
+    prompts greedily, `batch` at a time; each shard keeps every sequence's tokens (prompt + answer), where its
+    answer starts, and the target's features along it (float16)."""
     from tqdm import tqdm
 
     import mtdecode
@@ -262,12 +325,12 @@ def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, ba
 
     folder = Path(work) / ("held_out" if held_out else "data") / kind
     folder.mkdir(parents=True, exist_ok=True)
-    chats = task_prompts(kind, prompts, work, held_out)
+    chats = task_prompts(kind, prompts, work, held_out, model)
     batches = [chats[i : i + batch] for i in range(0, len(chats), batch)]
     todo = [i for i in range(len(batches)) if not (folder / f"{i:04d}.pt").exists()]
     if not todo:
         return
-    target, tokenizer = load_model(), load_tokenizer()  # a CausalLM
+    target, tokenizer = load_model(model or DEFAULT_TARGET), load_tokenizer(model or DEFAULT_TARGET)  # a CausalLM
     for i in tqdm(todo, desc=f"data: target answers ({kind}, {folder.parent.name})", unit="batch"):
         ids = [list(tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"]) for c in batches[i]]
         result = mtdecode.generate(
@@ -292,7 +355,7 @@ TEXT_CHUNKS = {"text_code": 800, "text_prose": 800}
 TEXT_CHUNK_TOKENS = 256
 
 
-def make_text_data(work, kind: str, *, chunks: int, batch: int = 8) -> None:
+def make_text_data(work, kind: str, *, chunks: int, batch: int = 8, model: str | None = None) -> None:
     """The target reads text it did not write, `chunks` windows of `TEXT_CHUNK_TOKENS` tokens: the source of the
     Python packages installed beside it (`text_code`) or their docstrings (`text_prose`), files in sorted order,
     shuffled with a fixed seed. Its features along them teach the head more of the target than its own answers
@@ -310,7 +373,7 @@ def make_text_data(work, kind: str, *, chunks: int, batch: int = 8) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     if (folder / "done").exists():
         return
-    tokenizer, target = load_tokenizer(), load_model()
+    tokenizer, target = load_tokenizer(model or DEFAULT_TARGET), load_model(model or DEFAULT_TARGET)
     files = sorted(Path(sysconfig.get_paths()["purelib"]).rglob("*.py"))
     random.Random(0).shuffle(files)
     pieces, total = [], 0
@@ -370,7 +433,8 @@ def build_head(target, records: list[dict], head_tokens: Int[Tensor, " head"] | 
     return EagleHead(target.config, embedding.float(), output.float(), head_tokens)
 
 
-def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: float = 1e-3, seed: int = 0) -> None:
+def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: float = 1e-3, seed: int = 0,
+          model: str | None = None) -> None:
     """AdamW on `eagle_loss` over random windows of the data (every task kind), the learning rate warming up over
     the first 100 steps and then falling along a cosine to a tenth; a checkpoint every 25 steps, resumed from."""
     import json
@@ -382,7 +446,7 @@ def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: floa
     work = Path(work)
     records = load_records(work)
     held_out = load_records(work, held_out=True)
-    target = load_model().hf
+    target = load_model(model or DEFAULT_TARGET).hf
     torch.manual_seed(seed)
     head = build_head(target, records)
     optimiser = torch.optim.AdamW(head.parameters(), lr=lr)
@@ -395,25 +459,25 @@ def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: floa
         optimiser.load_state_dict(state["optimiser"])
         start = state["step"]
     generator = torch.Generator().manual_seed(seed + start)
-    log = (work / "eagle_train.log").open("a")
-    for step in tqdm(range(start, steps), desc="train: eagle head", unit="step", initial=start, total=steps):
-        windows = random_windows(records, batch, window, generator)
-        features = torch.stack([r["features"][a:b] for r, a, b in windows]).float()
-        tokens = torch.stack([r["tokens"][a:b] for r, a, b in windows])
-        for group in optimiser.param_groups:
-            group["lr"] = learning_rate(lr, step, steps)
-        loss, feature_loss, token_loss = eagle_loss(head, features, tokens)
-        optimiser.zero_grad()
-        loss.backward()
-        optimiser.step()
-        log.write(json.dumps({"step": step + 1, "loss": float(loss), "feature": float(feature_loss),
-                              "token": float(token_loss)}) + "\n")  # fmt: skip
-        if (step + 1) % 25 == 0 or step + 1 == steps:
-            torch.save({"head": head.state_dict(), "optimiser": optimiser.state_dict(), "step": step + 1}, checkpoint)
-        if (step + 1) % 250 == 0 or step + 1 == steps:
-            log.write(json.dumps({"step": step + 1, "held_out": held_out_scores(head, held_out)}) + "\n")
-            log.flush()
-    log.close()
+    with (work / "eagle_train.log").open("a") as log:
+        for step in tqdm(range(start, steps), desc="train: eagle head", unit="step", initial=start, total=steps):
+            windows = random_windows(records, batch, window, generator)
+            features = torch.stack([r["features"][a:b] for r, a, b in windows]).float()
+            tokens = torch.stack([r["tokens"][a:b] for r, a, b in windows])
+            for group in optimiser.param_groups:
+                group["lr"] = learning_rate(lr, step, steps)
+            loss, feature_loss, token_loss = eagle_loss(head, features, tokens)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            log.write(json.dumps({"step": step + 1, "loss": loss.item(), "feature": feature_loss.item(),
+                                  "token": token_loss.item()}) + "\n")  # fmt: skip
+            if (step + 1) % 25 == 0 or step + 1 == steps:
+                state = {"head": head.state_dict(), "optimiser": optimiser.state_dict(), "step": step + 1}
+                torch.save(state, checkpoint)
+            if (step + 1) % 250 == 0 or step + 1 == steps:
+                log.write(json.dumps({"step": step + 1, "held_out": held_out_scores(head, held_out)}) + "\n")
+                log.flush()
 
 
 def random_windows(records: list[dict], batch: int, window: int, generator: torch.Generator) -> list[tuple]:
@@ -454,25 +518,27 @@ def held_out_scores(head: EagleHead, records: list[dict]) -> dict:
     return {"loss": round(sum(losses) / len(losses), 4), "first_guess": round(hits / count, 4)}
 
 
-def export(work) -> Path:
-    """Write the trained head into the package (`weights/smollm2-135m-eagle`, float16): its fuse, layer and norm
-    weights and its token list; the embedding and output rows are the target's and are not shipped."""
+def export(work, folder: Path | None = None) -> Path:
+    """Write the trained head to `folder` (default: into the package, `weights/smollm2-135m-eagle`), in float16:
+    its fuse, layer and norm weights and its token list; the embedding and output rows are the target's and are
+    not shipped. `load_head(target, folder)` reads it back."""
     import json
 
     from safetensors.torch import save_file
 
     from mtdecode.zoo import EAGLE_DIR
 
+    folder = Path(folder or EAGLE_DIR)
     state = torch.load(Path(work) / "eagle.pt", weights_only=False)
     weights = {k: v.half() if v.is_floating_point() else v for k, v in state["head"].items()}
-    EAGLE_DIR.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in weights.items()}, str(EAGLE_DIR / "head.safetensors"))
-    (EAGLE_DIR / "eagle.json").write_text(json.dumps({"steps": state["step"], "head_tokens": HEAD_TOKENS}) + "\n")
-    return EAGLE_DIR / "head.safetensors"
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "head.safetensors"))
+    (folder / "eagle.json").write_text(json.dumps({"steps": state["step"], "head_tokens": HEAD_TOKENS}) + "\n")
+    return folder / "head.safetensors"
 
 
 def load_head(target, folder: Path) -> EagleHead:
-    """An `EagleHead` for `target` (a transformers Llama-family model) with the weights saved in `folder`."""
+    """An `EagleHead` for `target` (a transformers causal LM of any family) with the weights saved in `folder`."""
     from safetensors.torch import load_file
 
     from mtdecode.zoo.skinny import skinny_linears
@@ -507,7 +573,8 @@ def quantize_head(head: EagleHead) -> EagleHead:
     return head
 
 
-def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | None = None) -> dict:
+def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | None = None,
+             model: str | None = None) -> dict:
     """Greedy acceptance of a chain drafted by the head, by depth and task kind, on held-out answers (teacher
     forcing up to each position t, then the head's own features and tokens): the share of answer positions where
     the first d drafted tokens all equal the target's tokens, for d = 1..`depths`."""
@@ -520,7 +587,7 @@ def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | Non
     work = Path(work)
     if head is None:
         state = torch.load(work / "eagle.pt", weights_only=False)["head"]
-        head = build_head(load_model().hf, [], state["head_token_ids"])
+        head = build_head(load_model(model or DEFAULT_TARGET).hf, [], state["head_token_ids"])
         head.load_state_dict(state)
     report = {}
     for kind in tqdm(TASK_PROMPTS, desc="evaluate: held-out chains by task kind", unit="kind"):
@@ -548,27 +615,43 @@ def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | Non
 
 
 def main(argv: list[str] | None = None) -> None:
+    """`python -m mtdecode.zoo.eagle STAGE --work DIR [--model NAME_OR_FOLDER] [--scale S] [--out FOLDER]`."""
     import argparse
 
-    parser = argparse.ArgumentParser(description="Train an EAGLE-style draft head for SmolLM2-135M-Instruct.")
+    parser = argparse.ArgumentParser(description="Train an EAGLE-style draft head (by default for SmolLM2-135M).")
     parser.add_argument("stage", choices=["data", "train", "export", "evaluate", "all"])
     parser.add_argument("--work", type=Path, default=Path("build/eagle"), help="data and checkpoints go here")
+    parser.add_argument("--model", default=None, help="the target: the embedded model (default) or a local folder "
+                        "of any supported family, with its tokenizer and chat template")  # fmt: skip
+    parser.add_argument("--scale", type=float, default=1.0, help="a share of the recipe's prompts and text (a smoke "
+                        "test: 0.01)")  # fmt: skip
+    parser.add_argument("--new-tokens", type=int, default=None, help="tokens per answer (default 128, passages 160)")
     parser.add_argument("--steps", type=int, default=10500)
+    parser.add_argument("--window", type=int, default=256, help="tokens per training window")
     parser.add_argument("--sequences", type=int, default=8, help="held-out sequences per task kind to evaluate")
+    parser.add_argument("--out", type=Path, default=None, help="export here (default: into the package, for the "
+                        "default model only)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.model is not None and args.out is None and args.stage in ("export", "all"):
+        parser.error("--model needs --out: the package holds the default model's head only")
+
+    def scaled(count: int) -> int:
+        return max(1, round(count * args.scale))
+
     if args.stage in ("data", "all"):
         for kind, (count, held_out_count) in TASK_PROMPTS.items():  # chat first: summaries read its answers
-            new_tokens = NEW_TOKENS.get(kind, 128)
-            make_data(args.work, kind, prompts=count, new_tokens=new_tokens)
-            make_data(args.work, kind, held_out=True, prompts=held_out_count, new_tokens=new_tokens)
+            new_tokens = args.new_tokens or NEW_TOKENS.get(kind, 128)
+            settings = dict(new_tokens=new_tokens, model=args.model)
+            make_data(args.work, kind, prompts=scaled(count), **settings)
+            make_data(args.work, kind, held_out=True, prompts=scaled(held_out_count), **settings)
         for kind, count in TEXT_CHUNKS.items():
-            make_text_data(args.work, kind, chunks=count)
+            make_text_data(args.work, kind, chunks=scaled(count), model=args.model)
     if args.stage in ("train", "all"):
-        train(args.work, steps=args.steps)
+        train(args.work, steps=args.steps, window=args.window, model=args.model)
     if args.stage in ("export", "all"):
-        print(f"exported {export(args.work)}")
+        print(f"exported {export(args.work, args.out)}")
     if args.stage in ("evaluate", "all"):
-        evaluate(args.work, sequences=args.sequences)
+        evaluate(args.work, sequences=args.sequences, model=args.model)
 
 
 if __name__ == "__main__":
