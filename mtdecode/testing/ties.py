@@ -12,8 +12,13 @@ within a bound ε that is measured, not guessed:
 - `calibrate(model)` feeds the same text to the model twice: once as greedy decoding does (the
   prompt, then one token per forward), once as a verifier does (chunks of k tokens per forward,
   k = 2 ... 64, and as one row of a padded batch), and takes δ, the largest difference of any
-  logit between the two paths. If the decoder's path is off by at most δ per logit, the token
-  it picks trails greedy's by at most 2δ in greedy's logits, so ε = 2δ (`TieBound`).
+  logit between the two paths, but at least one rounding step of the dtype at the largest logit:
+  a decoder's path the calibration did not take (hidden columns of rejected guesses, another
+  cache length) may round where these did not, and the least it can then move a logit is that
+  step (with the default kernels, `ATEN_CPU_CAPABILITY=default`, the two paths above agree bit
+  for bit and the decoders still flip at one step). If the decoder's path is off by at most δ
+  per logit, the token it picks trails greedy's by at most 2δ in greedy's logits, so ε = 2δ
+  (`TieBound`).
 - `greedy_differences(model, prompt, tokens)` reads a decoder's tokens as greedy decoding would
   (one token per forward, on the decoder's own text) and returns every position where the
   decoder did not take the argmax, with the gap between the argmax's logit and its token's
@@ -23,6 +28,7 @@ Ties are broken one way on every path: the lowest token id (`torch.argmax`). The
 `check_greedy(..., dtype=...)`, `mtdecode check --dtype` and `benchmarks/flip_rate.py` use these.
 """
 
+import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,8 +55,10 @@ def tier(dtype: torch.dtype) -> str:
 class TieBound:
     """How far rounding alone can move a greedy choice for one model, dtype and device.
 
-    - `delta`: the largest |logit difference| `calibrate` found between verification forwards and 1-token ones;
+    - `delta`: the largest |logit difference| `calibrate` found between verification forwards and 1-token ones, or
+      `step` if that is larger;
     - `epsilon`: 2 * delta, the largest gap between greedy's token and another that rounding can reverse;
+    - `step`: one rounding step of the dtype at the largest logit, the least a rounding difference can be;
     - `largest_logit`: the largest |logit| seen (one dtype step there is the resolution of a gap);
     - `positions`: how many logit rows were compared; `widths`: the verification widths.
     """
@@ -59,6 +67,7 @@ class TieBound:
     device: str
     delta: float
     epsilon: float
+    step: float
     largest_logit: float
     positions: int
     widths: tuple[int, ...]
@@ -68,7 +77,7 @@ class TieBound:
             f"ε = {self.epsilon:.3g} for {self.dtype} on {self.device}: twice the largest logit difference "
             f"({self.delta:.3g}) between verification forwards over {min(self.widths)} to {max(self.widths)} tokens "
             f"(alone and batched) and 1-token forwards, over {self.positions} positions (logits up to "
-            f"{self.largest_logit:.3g})"
+            f"{self.largest_logit:.3g}), and at least one {self.dtype} step there ({self.step:.3g})"
         )
 
 
@@ -110,11 +119,21 @@ def calibrate(
         other = torch.randint(0, adapter.vocab_size, (len(prompt) + 5,), generator=generator).tolist()
         batched = _chunked_path(adapter, list(prompt), text, max(widths), beside=other)
         delta = max(delta, float((batched - reference).abs().max()))
+    step = rounding_step(adapter.dtype, largest)
+    delta = max(delta, step)
     dtype = str(adapter.dtype).removeprefix("torch.")
-    bound = TieBound(dtype, str(adapter.device), delta, 2 * delta, largest, positions, tuple(widths))
+    bound = TieBound(dtype, str(adapter.device), delta, 2 * delta, step, largest, positions, tuple(widths))
     if default:
         _BOUNDS[adapter] = bound
     return bound
+
+
+def rounding_step(dtype: torch.dtype, magnitude: float) -> float:
+    """One step of `dtype` at `magnitude`: the spacing of its numbers there (its unit roundoff times the power of two
+    at or below `magnitude`)."""
+    if magnitude <= 0:
+        return 0.0
+    return torch.finfo(dtype).eps * 2.0 ** math.floor(math.log2(magnitude))
 
 
 def _greedy_path(model: CausalLM, prompt: list[int], tokens: int) -> tuple[list[int], Float[Tensor, "new vocab"]]:
