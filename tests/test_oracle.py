@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from mtdecode.sampling import Sampler
 from mtdecode.strategies import Autoregressive, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.strategies.mtad import choose
 from mtdecode.testing import (
@@ -79,9 +80,20 @@ def test_a_correct_third_party_speculative_decoder_conforms():
     assert report.figures["detectable_tv"] < 0.1
 
 
+#: the slow sampling mutants run on the one setting whose law the bug changes, with the samples that were measured to
+#: catch them (benchmarks/mutant_samples.py); the check's defaults have more samples, and so more power
+_TOP_K = Sampler(temperature=0.7, top_k=5)
+NEEDS = {
+    mutants.draft_temperature_mismatch: {"samples": 2_000, "settings": (_TOP_K,)},
+    mutants.ratio_of_untempered_probabilities: {"samples": 500, "settings": (_TOP_K,)},
+    mutants.stop_rule_peeks_at_p: {"samples": 500, "settings": (Sampler(temperature=1.0),)},
+}
+
+
 @pytest.mark.parametrize("mutant", list(mutants.CATALOGUE), ids=lambda m: m.__name__)
 def test_every_mutant_fails_its_check_at_the_default_settings(mutant):
-    report = CHECKS[mutants.CATALOGUE[mutant]](mutant)
+    """At the check's defaults, or for the slow sampling mutants at the smaller settings of `NEEDS`."""
+    report = CHECKS[mutants.CATALOGUE[mutant]](mutant, **NEEDS.get(mutant, {}))
     assert not report.passed, f"{mutant.__name__} was not caught: {report.summary}"
     assert "FAILED" in report.summary
     if report.check == "check_greedy":  # a counterexample comes with code that shows it
