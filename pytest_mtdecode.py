@@ -5,7 +5,7 @@
 def test_my_decoder(decoding_oracle):
     decoding_oracle.assert_conforms(my_decoder, sampling=True)
 
-def test_my_decoder_runs_on_every_family(tiny_model):   # a tiny float64 Llama, Qwen2 and Mistral in turn
+def test_my_decoder_runs_on_every_family(tiny_model):   # each of check_greedy's tiny models in turn
     assert len(my_decoder(tiny_model, [1, 2, 3], max_new_tokens=4, temperature=0.0,
                           top_k=None, top_p=None, seed=0)) == 4
 ```
@@ -29,15 +29,18 @@ class Oracle:
         self.check_sampling = testing.check_sampling
         self.check_rejection_sampler = testing.check_rejection_sampler
         self.check_beam_sampler = testing.check_beam_sampler
+        self.check_seeds = testing.check_seeds
+        self.check_tree_sampler = testing.check_tree_sampler
 
-    def assert_conforms(self, decoder, *, sampling: bool = False, dtype=None, model=None) -> None:
-        """Run `check_greedy` (and `check_sampling` if `sampling`) on `decoder`; fail with their summaries.
-        `dtype` (e.g. `torch.bfloat16`, judged exact up to ties) and `model` (your own model or folder) go to
-        `check_greedy`."""
+    def assert_conforms(self, decoder, *, sampling: bool = False, dtype=None, model=None, **greedy_options) -> None:
+        """Run `check_greedy` (and `check_sampling` and `check_seeds` if `sampling`) on `decoder`; fail with their
+        summaries (an inconclusive or crashed check fails too). `dtype` (e.g. `torch.bfloat16`, judged exact up to
+        ties), `model` (your own model or folder) and any other option of `check_greedy` (`families`, `examples`,
+        `max_prompt`, ...) go to `check_greedy`."""
         from mtdecode.testing import assert_conforms
 
-        greedy = self.check_greedy(decoder, dtype=dtype, model=model)
-        reports = [greedy] + ([self.check_sampling(decoder)] if sampling else [])
+        greedy = self.check_greedy(decoder, dtype=dtype, model=model, **greedy_options)
+        reports = [greedy] + ([self.check_sampling(decoder), self.check_seeds(decoder)] if sampling else [])
         assert_conforms(*reports)
 
 
@@ -48,9 +51,9 @@ def decoding_oracle() -> Oracle:
     return Oracle()
 
 
-@pytest.fixture(params=["llama", "qwen2", "mistral"])
+@pytest.fixture(params=["llama", "qwen2", "mistral-window", "llama-32k", "llama-eos", "llama-ties"])
 def tiny_model(request):
-    """A tiny random float64 causal LM of each family in turn (vocabulary 16), as `check_greedy` uses."""
+    """Each tiny random float64 causal LM of `check_greedy` in turn (`mtdecode.testing.GREEDY_MODELS`)."""
     from mtdecode.testing.blackbox import greedy_model
 
     return greedy_model(request.param)

@@ -1,40 +1,61 @@
 """How many samples each mutant of the catalogue needs before its check catches it.
 
-For every mutant in `mtdecode.testing.mutants.CATALOGUE`, its check runs with growing sample
-counts (trials, runs per setting, or Hypothesis examples per family), and the smallest count on
-the ladder at which the check fails is printed: the "samples needed" column of
-docs/testing-your-decoder.md. Every check keeps its default false-alarm rate.
+For every mutant in `mtdecode.testing.mutants.CATALOGUE` (or those named on the command line), its check runs
+with growing sample counts (trials, runs per setting, Hypothesis examples per model, seeds), and the smallest
+count on the ladder at which the check fails the mutant (or, for a mutant that never guesses, ends inconclusive)
+is printed: the "samples needed" column of docs/testing-your-decoder.md. Every check keeps its default
+false-alarm rate; a sampling mutant is run on the settings `mutants.NEEDS` names, if any.
 
-    python benchmarks/mutant_samples.py
+    python benchmarks/mutant_samples.py [mutant ...]
 """
 
-from mtdecode.testing import check_beam_sampler, check_greedy, check_rejection_sampler, check_sampling, mutants
+import sys
+
+from mtdecode.testing import (
+    check_beam_sampler,
+    check_greedy,
+    check_rejection_sampler,
+    check_sampling,
+    check_seeds,
+    check_tree_sampler,
+    mutants,
+)
 
 LADDERS = {
     "check_rejection_sampler": ("trials per source", [10, 30, 100, 300, 1_000, 3_000, 10_000]),
+    "check_tree_sampler": ("trials per source", [200, 300, 1_000, 3_000, 10_000]),
     "check_beam_sampler": ("trials", [300, 1_000, 3_000, 10_000, 20_000]),
     "check_sampling": ("runs per setting", [250, 500, 1_000, 2_000, 5_000, 20_000]),
-    "check_greedy": ("examples per family", [1, 2, 5, 10, 20, 50]),
+    "check_greedy": ("examples per model", [1, 2, 5, 10, 25]),
+    "check_seeds": ("seeds", [2, 4, 8]),
 }
-RUN = {
-    "check_rejection_sampler": lambda m, n: check_rejection_sampler(m, trials=n),
-    "check_beam_sampler": lambda m, n: check_beam_sampler(m, trials=n),
-    "check_sampling": lambda m, n: check_sampling(m, samples=n),
-    "check_greedy": lambda m, n: check_greedy(m, examples=n),
-}
+
+
+def run(check: str, mutant, n: int):
+    settings = {k: v for k, v in mutants.NEEDS.get(mutant, {}).items() if k == "settings"}
+    return {
+        "check_rejection_sampler": lambda: check_rejection_sampler(mutant, trials=n),
+        "check_tree_sampler": lambda: check_tree_sampler(mutant, trials=n),
+        "check_beam_sampler": lambda: check_beam_sampler(mutant, trials=n),
+        "check_sampling": lambda: check_sampling(mutant, samples=n, **settings),
+        "check_greedy": lambda: check_greedy(mutant, examples=n),
+        "check_seeds": lambda: check_seeds(mutant, seeds=tuple(range(n)), fresh_process=False),
+    }[check]()
 
 
 def caught(check: str, mutant, n: int) -> bool:
-    """Whether the check fails the mutant at n samples (too few to test at all counts as not caught)."""
+    """Whether the check does not call the mutant conforming at n samples (too few to test at all: not caught)."""
     try:
-        return not RUN[check](mutant, n).passed
+        return not run(check, mutant, n).passed
     except ValueError:  # too few draws for a chi-square test
         return False
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
     print(f"{'mutant':<45} {'check':<25} caught at")
     for mutant, check in mutants.CATALOGUE.items():
+        if names and mutant.__name__ not in names:
+            continue
         unit, ladder = LADDERS[check]
         needed = next((n for n in ladder if caught(check, mutant, n)), None)
         where = f"{needed:,} {unit}" if needed is not None else f"NOT caught at {ladder[-1]:,} {unit}"
@@ -42,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

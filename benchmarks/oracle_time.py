@@ -1,5 +1,5 @@
-"""How long the oracle takes (`mtdecode.testing`): `check_greedy` plus `check_sampling` at their default
-settings, for black-box decoders (one call per prompt) and for mtdecode's strategies (batched).
+"""How long the oracle takes (`mtdecode.testing`): `check_greedy`, `check_sampling` and `check_seeds` at their
+default settings, for black-box decoders (one call per prompt) and for mtdecode's strategies (batched).
 
     python benchmarks/oracle_time.py
 """
@@ -9,19 +9,18 @@ import time
 import torch
 
 from mtdecode.strategies import Autoregressive, Jacobi, Lookahead, PromptLookup, Speculative
-from mtdecode.testing import check_greedy, check_sampling, decoders, mutants, strategy_decoder
+from mtdecode.testing import check_greedy, check_sampling, check_seeds, decoders, mutants, strategy_decoder
 
 
 def timed(name: str, decoder) -> None:
-    start = time.perf_counter()
-    greedy = check_greedy(decoder)
-    middle = time.perf_counter()
-    sampling = check_sampling(decoder)
-    end = time.perf_counter()
-    verdict = "conforms" if greedy.passed and sampling.passed else "does NOT conform"
+    times, verdicts = [], []
+    for check in (check_greedy, check_sampling, check_seeds):
+        start = time.perf_counter()
+        verdicts.append(check(decoder).verdict)
+        times.append(time.perf_counter() - start)
     print(
-        f"{name:<32} check_greedy {middle - start:6.1f} s   check_sampling {end - middle:6.1f} s   "
-        f"total {end - start:6.1f} s   ({sampling.figures['samples']} runs per setting; {verdict})",
+        f"{name:<34} greedy {times[0]:6.1f} s   sampling {times[1]:6.1f} s   seeds {times[2]:5.1f} s   "
+        f"greedy + sampling {times[0] + times[1]:6.1f} s   ({', '.join(verdicts)})",
         flush=True,
     )
 

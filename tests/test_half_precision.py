@@ -58,7 +58,7 @@ HALF = [torch.bfloat16, torch.float16]
 @pytest.mark.parametrize("name", list(EXACT))
 def test_every_exact_strategy_is_exact_up_to_ties_in_half_precision(name, dtype, device):
     report = check_greedy(strategy_decoder(EXACT[name]), families=("qwen2",), examples=10, dtype=dtype,
-                          device=device)  # fmt: skip
+                          max_prompt=40, device=device, require_guesses=name != "autoregressive")  # fmt: skip
     assert report.passed, str(report)
     assert report.figures["tier"] == "exact up to ties" and report.figures["epsilon"] >= 0
 
@@ -67,7 +67,7 @@ def test_every_exact_strategy_is_exact_up_to_ties_in_half_precision(name, dtype,
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 def test_float64_and_float32_are_bit_exact(dtype, device):
     report = check_greedy(strategy_decoder(EXACT["lookahead"]), families=("llama",), examples=12, dtype=dtype,
-                          device=device)  # fmt: skip
+                          max_prompt=40, device=device)  # fmt: skip
     assert report.passed and report.figures["tier"] == "bit-exact", str(report)
 
 

@@ -20,9 +20,11 @@ model, the prompt and the sampling settings that returns the new tokens) and ret
 Neither check may be called from inside a Hypothesis test (`check_greedy` runs Hypothesis itself).
 """
 
+import contextlib
 import functools
 import importlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,6 +33,7 @@ from mtdecode.generate import generate
 from mtdecode.model import CausalLM
 from mtdecode.sampling import Sampler
 from mtdecode.strategies.autoregressive import Autoregressive
+from mtdecode.testing.coverage import Coverage, watching
 from mtdecode.testing.decoders import DecoderError, run_batch
 from mtdecode.testing.distribution import block_cells, exact_joint
 from mtdecode.testing.models import tiny_model
@@ -38,9 +41,46 @@ from mtdecode.testing.report import Report
 from mtdecode.testing.stats import chi_square_test, detectable_tv
 from mtdecode.testing.ties import BIT_EXACT, Difference, calibrate, greedy_differences, tier
 
-#: the models of `check_greedy`: tiny, random, float64; a vocabulary of 16 makes greedy text repeat
-GREEDY_FAMILIES = ("llama", "qwen2", "mistral")
-GREEDY_VOCAB = 16
+
+@dataclass(frozen=True)
+class GreedyModel:
+    """One tiny random float64 model of `check_greedy`, and what it is there to catch."""
+
+    label: str
+    family: str
+    vocab: int
+    seed: int
+    why: str
+    #: the end-of-sequence token its generation config names (None: none)
+    eos: int | None = None
+    #: output rows in identical pairs (2i + 1 copies 2i): every step has an exact tie, which greedy breaks to the
+    #: lowest id
+    tied_pairs: bool = False
+    hidden: int = 32
+    config: tuple = ()
+
+
+#: the models of `check_greedy`, by label; a vocabulary of 16 makes greedy text repeat, so guesses pay
+GREEDY_MODELS = {
+    m.label: m
+    for m in (
+        GreedyModel("llama", "llama", 16, 3, "a small vocabulary: greedy text repeats, so copies and guesses pay"),
+        GreedyModel("qwen2", "qwen2", 16, 11, "other weights, other sizes, attention biases", hidden=48),
+        GreedyModel(
+            "mistral-window", "mistral", 16, 5, "a sliding window of 8 positions, crossed by every long prompt",
+            config=(("sliding_window", 8),),
+        ),
+        GreedyModel("llama-32k", "llama", 32_768, 7, "a vocabulary of 32,768"),
+        GreedyModel("llama-eos", "llama", 16, 3, "an end-of-sequence token that greedy text reaches mid-way", eos=13),
+        GreedyModel(
+            "llama-ties", "llama", 16, 13, "exact ties at every step, broken to the lowest id", tied_pairs=True
+        ),
+    )
+}
+GREEDY_FAMILIES = tuple(GREEDY_MODELS)
+#: totals (prompt + new tokens) that the generated cases cross: cache pages, buffers and windows break there
+LENGTH_MARKS = (16, 32, 64, 128, 256)
+GREEDY_VOCAB = 16  # the small vocabulary of most of them
 #: the model, prompt and settings of `check_sampling`; the prompt's repeated n-grams give
 #: prompt-lookup and lookahead decoders candidates from the first step on
 SAMPLING_VOCAB = 8
@@ -52,15 +92,30 @@ SAMPLING_SETTINGS = (
 )
 
 
-def greedy_model(family: str, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu"):
-    """The tiny model `check_greedy` uses for `family` (float64 on the CPU unless another dtype or device is asked
-    for)."""
-    return _greedy_model(family, dtype, str(torch.device(device)))
+def greedy_model(label: str, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu"):
+    """The tiny model `check_greedy` uses under `label` (a key of `GREEDY_MODELS`; float64 on the CPU unless
+    another dtype or device is asked for)."""
+    if label not in GREEDY_MODELS:
+        raise ValueError(f"unknown model {label!r}; the check's models are {', '.join(GREEDY_MODELS)}")
+    return _greedy_model(label, dtype, str(torch.device(device)))
 
 
 @functools.cache
-def _greedy_model(family: str, dtype: torch.dtype, device: str):
-    return tiny_model(family, vocab_size=GREEDY_VOCAB, seed=3, dtype=dtype, device=device)
+def _greedy_model(label: str, dtype: torch.dtype, device: str):
+    spec = GREEDY_MODELS[label]
+    model = tiny_model(
+        spec.family, vocab_size=spec.vocab, seed=spec.seed, dtype=dtype, device=device, hidden=spec.hidden,
+        **dict(spec.config),
+    )
+    if spec.tied_pairs:
+        with torch.no_grad():
+            rows = model.get_output_embeddings().weight  # (vocab, hidden)
+            rows[1::2] = rows[0::2]
+    if spec.eos is not None:  # its output row scaled up, so greedy text reaches EOS after 6 tokens on average
+        with torch.no_grad():
+            model.get_output_embeddings().weight[spec.eos] *= 1.5
+        model.config.eos_token_id = model.generation_config.eos_token_id = spec.eos
+    return model
 
 
 @functools.cache
@@ -70,8 +125,18 @@ def sampling_model():
 
 
 def reference_greedy(model, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
-    """Greedy decoding of every prompt: mtdecode's `Autoregressive` (itself tested against transformers' `generate`)."""
-    result = generate(model, [list(p) for p in prompts], Autoregressive(), max_new_tokens=max_new_tokens, seed=0)
+    """Greedy decoding of every prompt, each to its budget or just after the model's EOS: mtdecode's
+    `Autoregressive` (itself tested against transformers' `generate` on every family). In half precision a
+    batch rounds as a batch, not as each prompt alone, so there each prompt is decoded alone."""
+    adapter = CausalLM.wrap(model)
+    if len(prompts) > 1 and adapter.dtype not in BIT_EXACT:
+        return [reference_greedy(model, [prompt], max_new_tokens)[0] for prompt in prompts]
+    eos = adapter.hf.generation_config.eos_token_id
+    rows = [list(p) for p in prompts]
+    result = generate(
+        model, rows, Autoregressive(), max_new_tokens=max_new_tokens, seed=0, eos_token_id=eos,
+        pad_token_id=0 if eos is not None else None,
+    )
     return [result.row(b) for b in range(len(prompts))]
 
 
@@ -79,17 +144,22 @@ class _Counterexample(Exception):
     """Raised inside the Hypothesis run when the decoder disagrees with greedy decoding."""
 
 
+#: how many cases Hypothesis may try after the first counterexample to find a smaller one
+SHRINK_CALLS = 40
+
+
 def check_greedy(
     decoder: Callable,
     *,
     families: Sequence[str] = GREEDY_FAMILIES,
     examples: int | None = None,
-    max_prompt: int = 10,
+    max_prompt: int = 300,
     max_new_tokens: int = 16,
     batch: int = 8,
     dtype: torch.dtype | str | None = None,
     model=None,
     device: str | torch.device = "cpu",
+    require_guesses: bool = True,
 ) -> Report:
     """Greedy parity of `decoder`, with Hypothesis-generated prompts and budgets: token for token in float64 and
     float32, up to ties in bfloat16 and float16 (`mtdecode.testing.ties`).
@@ -97,35 +167,44 @@ def check_greedy(
     **Arguments:**
 
     - `decoder`: a `Decoder` (see `mtdecode.testing.decoders`).
-    - `families`: the model families to test on (tiny random transformers models).
-    - `examples`: Hypothesis examples per model (default 50 on the tiny models, 8 on a model of your own); each
+    - `families`: which of the check's tiny models to test on (keys of `GREEDY_MODELS`: small and 32k
+      vocabularies, a sliding window, an EOS reached mid-way, exact ties; default all).
+    - `examples`: Hypothesis examples per model (default 25 on the tiny models, 8 on a model of your own); each
       is one prompt, or up to `batch` prompts for a decoder that takes batches.
-    - `max_prompt`, `max_new_tokens`: the largest prompt and budget generated.
+    - `max_prompt`, `max_new_tokens`: the largest prompt and budget generated; prompts are short, long, or end
+      just before a total of 16, 32, 64, 128 or 256 tokens that the budget crosses.
     - `dtype`: the tiny models' dtype (default float64), or the dtype your `model` must have.
     - `model`: your own causal LM (a transformers model, a `CausalLM`, or a local folder) instead of the tiny
-      ones; prompts are then random tokens of its vocabulary.
+      ones; prompts are then random or repeating tokens of its vocabulary.
     - `device`: where the tiny models (or the folder's model) go; a model object stays where it is.
+    - `require_guesses`: a decoder that never verified a guess (see `mtdecode.testing.coverage`) gets the
+      verdict "inconclusive"; pass False to check a plain greedy decoder.
 
     **Returns:**
 
-    A `Report`; on failure its `reproducer` is Python code that shows the smallest counterexample found.
+    A `Report` with its verdict and coverage; on failure its `reproducer` is Python code that shows the smallest
+    counterexample found.
     """
     name = describe(decoder)
     models = _greedy_models(families, dtype, model, device)
-    examples = examples if examples is not None else (50 if model is None else 8)
-    cases, identical, flips = 0, 0, []
+    examples = examples if examples is not None else (25 if model is None else 8)
+    max_prompt = min(max_prompt, min(m.max_length for _, m in models) - max_new_tokens)
+    cases, identical, flips, longest, crossed = 0, 0, [], 0, set()
+    record = Coverage()
     for label, adapter in models:
         bound = calibrate(adapter) if adapter.dtype not in BIT_EXACT else None
-        found, tried = _search_greedy(decoder, adapter, examples, max_prompt, max_new_tokens, batch, bound)
+        warm_up(decoder, adapter.hf, [1, 2, 3, 1, 2], 4)
+        found, tried = _search_greedy(decoder, adapter, examples, max_prompt, max_new_tokens, batch, bound, record)
         cases += tried["prompts"]
         identical += tried["identical"]
         flips += tried["flips"]
+        longest, crossed = max(longest, tried["longest"]), crossed | tried["crossed"]
         if found:
-            return _greedy_failure(decoder, name, label, adapter, found)
+            return _greedy_failure(decoder, name, label, adapter, found, record)
     dtypes = sorted({str(adapter.dtype).removeprefix("torch.") for _, adapter in models})
     level = tier(models[0][1].dtype)
     where = (
-        f"tiny {'/'.join(dtypes)} {', '.join(label for label, _ in models)} models (vocabulary {GREEDY_VOCAB})"
+        f"tiny {'/'.join(dtypes)} models ({', '.join(label for label, _ in models)})"
         if model is None
         else f"{models[0][0]} ({'/'.join(dtypes)}, vocabulary {models[0][1].vocab_size})"
     )
@@ -137,7 +216,10 @@ def check_greedy(
         "prompts": cases,
         "identical": identical,
         "near_ties": [vars(d) for d in flips],
-        "vocab": models[0][1].vocab_size,
+        "vocab": [m.vocab_size for _, m in models],
+        "longest_total": longest,
+        "marks_crossed": sorted(crossed),
+        "coverage": record.to_json(),
     }
     if level == "bit-exact":
         why = (
@@ -156,11 +238,20 @@ def check_greedy(
             else f"{identical} of {cases} outputs are identical to greedy decoding's"
         )
         why = f"In {dtypes[0]} that means exact up to ties (tier 2): {ties}, with {bound}."
-    summary = (
-        f"check_greedy passed: {name} gave greedy decoding's tokens on all {cases} prompts ({examples} Hypothesis "
-        f"examples per model) of {where}, prompts of 1 to {max_prompt} tokens, budgets of 1 to {max_new_tokens}. "
-        + why
+    scope = (
+        f"on all {cases} prompts ({examples} Hypothesis examples per model) of {where}, prompts of 1 to {max_prompt} "
+        f"tokens, budgets of 1 to {max_new_tokens}, totals up to {longest} tokens crossing "
+        f"{', '.join(map(str, sorted(crossed))) or 'none'} of {', '.join(map(str, LENGTH_MARKS))}. {record}."
     )
+    if require_guesses and not record.guessed:
+        summary = (
+            f"check_greedy INCONCLUSIVE: {name} gave greedy decoding's tokens {scope} But it never verified a guess "
+            "(no forward after a prefill took more than one new token, and no call committed more tokens than it "
+            "made forwards), so its speculative path never ran: nothing about it was tested. Give it prompts or "
+            "settings that engage it, or pass require_guesses=False to check a plain decoder."
+        )
+        return Report("check_greedy", False, summary, figures, verdict="inconclusive")
+    summary = f"check_greedy passed: {name} gave greedy decoding's tokens {scope} " + why
     return Report("check_greedy", True, summary, figures)
 
 
@@ -188,16 +279,49 @@ def _as_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     return value
 
 
-def _search_greedy(decoder, model, examples: int, max_prompt: int, max_new_tokens: int, batch: int, bound):
+def cases(data, vocab: int, max_prompt: int, max_new_tokens: int, rows: int) -> tuple[list[list[int]], int]:
+    """Draw one case from Hypothesis' `data`: up to `rows` prompts and a budget.
+
+    A prompt is short (1 to 10 tokens), long (up to `max_prompt`), or ends just before one of `LENGTH_MARKS` so
+    that prompt + budget crosses it; its tokens are random, or a short motif repeated with a few changes, which
+    gives copying and lookahead decoders guesses to verify.
+    """
+    from hypothesis import strategies as st
+
+    budget = data.draw(st.integers(1, max_new_tokens), label="budget")
+    marks = [m for m in LENGTH_MARKS if m - budget < max_prompt]
+    prompts = []
+    for _ in range(data.draw(st.integers(1, rows), label="rows")):
+        kind = data.draw(st.sampled_from(("short", "crossing", "long") if marks else ("short", "long")))
+        if kind == "short":
+            length = data.draw(st.integers(1, min(10, max_prompt)))
+        elif kind == "crossing":  # prompt < mark <= prompt + budget
+            mark = data.draw(st.sampled_from(marks))
+            length = data.draw(st.integers(max(1, mark - budget), min(mark - 1, max_prompt)))
+        else:
+            length = data.draw(st.integers(1, max_prompt))
+        token = st.integers(0, vocab - 1)
+        if data.draw(st.booleans(), label="repeats"):
+            motif = data.draw(st.lists(token, min_size=1, max_size=6))
+            prompt = (motif * length)[:length]
+            for place, value in data.draw(st.lists(st.tuples(st.integers(0, length - 1), token), max_size=3)):
+                prompt[place] = value
+        else:
+            prompt = data.draw(st.lists(token, min_size=length, max_size=length))
+        prompts.append(prompt)
+    return prompts, budget
+
+
+def _search_greedy(decoder, model, examples: int, max_prompt: int, max_new_tokens: int, batch: int, bound, record):
     """Run Hypothesis on one model; return the smallest counterexample found ({} if none) and what was tried:
-    prompts, identical outputs, and the near-ties allowed (tier 2 only; `bound` is its `TieBound`)."""
+    prompts, identical outputs, and the near-ties allowed (tier 2 only; `bound` is its `TieBound`). The decoder's
+    forwards are counted in `record` (a `Coverage`)."""
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import strategies as st
 
     batched = getattr(decoder, "takes_batches", False)
-    vocab = model.vocab_size
     found: dict = {}
-    tried = {"prompts": 0, "identical": 0, "flips": []}
+    tried = {"prompts": 0, "identical": 0, "flips": [], "longest": 0, "crossed": set()}
 
     @settings(
         max_examples=examples,
@@ -210,52 +334,92 @@ def _search_greedy(decoder, model, examples: int, max_prompt: int, max_new_token
         print_blob=False,
         report_multiple_bugs=False,
     )
-    @given(
-        prompts=st.lists(
-            st.lists(st.integers(0, vocab - 1), min_size=1, max_size=max_prompt),
-            min_size=1,
-            max_size=batch if batched else 1,
-        ),
-        budget=st.integers(1, max_new_tokens),
-    )
-    def case(prompts, budget):
+    @given(data=st.data())
+    def case(data):
+        prompts, budget = cases(data, model.vocab_size, max_prompt, max_new_tokens, batch if batched else 1)
+        if found:
+            tried["shrinks"] = tried.get("shrinks", 0) + 1
+            if tried["shrinks"] > SHRINK_CALLS:  # shrunk enough: `found` keeps the smallest real counterexample
+                raise _Counterexample
+        judge(prompts, budget)
+
+    def judge(prompts: list[list[int]], budget: int) -> None:
+        """Decode `prompts` with the decoder and with greedy decoding; raise `_Counterexample` at a difference."""
         tried["prompts"] += len(prompts)
         expected = reference_greedy(model, prompts, budget)
         try:
-            got = run_batch(decoder, model.hf, prompts, max_new_tokens=budget, seeds=[0] * len(prompts))
+            with watching(model.hf, record):
+                got = run_batch(decoder, model.hf, prompts, max_new_tokens=budget, seeds=[0] * len(prompts))
         except DecoderError as error:
             found.update(prompt=prompts[0], budget=budget, error=str(error), differences=[])
+            found.update(crashed=error.crashed, traceback=error.traceback)
             raise _Counterexample from error
         for prompt, ours, theirs in zip(prompts, expected, got, strict=True):
-            if ours != theirs and len(prompts) > 1:  # in half precision a batched reference rounds as a batch does
-                ours = reference_greedy(model, [prompt], budget)[0]
+            tried["longest"] = max(tried["longest"], len(prompt) + len(ours))
+            tried["crossed"].update(m for m in LENGTH_MARKS if len(prompt) < m <= len(prompt) + len(ours))
             if ours == theirs:
                 tried["identical"] += 1
                 continue
             epsilon = bound.epsilon if bound is not None else None
-            differences = greedy_differences(model, prompt, theirs[:budget], epsilon=epsilon)
+            differences = greedy_differences(model, prompt, theirs[: len(ours)], epsilon=epsilon)
             wrong_length = len(theirs) != len(ours)
             if bound is None or wrong_length or not all(d.near_tie for d in differences):
-                found.update(prompt=prompt, budget=budget, expected=ours, got=theirs, error=None)
+                found.update(prompt=prompt, budget=budget, expected=ours, got=theirs, error=None, crashed=False)
                 found["differences"] = differences
                 raise _Counterexample
             tried["flips"] += differences
 
-    try:
-        case()  # the last failing call Hypothesis makes is the smallest counterexample: `found` holds it
-    except _Counterexample:
-        pass
-    except Exception as error:  # something else broke inside the search: report it with the case that caused it
-        if not found:
-            raise
-        found["error"] = f"{type(error).__name__}: {error}"
+    # then one prompt ending just before each length mark, so every mark is crossed whatever Hypothesis drew
+    # (a repeated motif: copying decoders get something to copy)
+    crossing_budget = min(max_new_tokens, 4)
+    lengths = [mark - 2 for mark in LENGTH_MARKS if 1 <= mark - 2 <= max_prompt]
+    crossing = [[(3, 1, 4, 1, 5, 9)[i % 6] % model.vocab_size for i in range(n)] for n in lengths]
+    with _hypothesis_home():
+        try:
+            case()  # the last failing call Hypothesis makes is the smallest counterexample: `found` holds it
+            for prompts in [crossing] if batched else [[prompt] for prompt in crossing]:
+                try:
+                    judge(prompts, crossing_budget)
+                except _Counterexample:
+                    found["shrunk"] = False  # found here, past Hypothesis: not shrunk
+                    raise
+        except _Counterexample:
+            pass
+        except Exception as error:  # something else broke inside the search: report it with the case that caused it
+            if not found:
+                raise
+            found["error"] = f"{type(error).__name__}: {error}"
     return found, tried
 
 
-def _greedy_failure(decoder, name: str, label: str, model: CausalLM, found: dict) -> Report:
+@contextlib.contextmanager
+def _hypothesis_home():
+    """Hypothesis keeps its files in a temporary folder, not in a `.hypothesis/` of the user's current folder."""
+    import tempfile
+
+    from hypothesis import configuration
+
+    previous = getattr(configuration, "__hypothesis_home_directory", None)  # None: the default, or the env's
+    with tempfile.TemporaryDirectory(prefix="mtdecode-hypothesis-") as folder:
+        configuration.set_hypothesis_home_dir(folder)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(previous)
+
+
+def _greedy_failure(decoder, name: str, label: str, model: CausalLM, found: dict, record: Coverage) -> Report:
     prompt, budget = found["prompt"], found["budget"]
     dtype = str(model.dtype).removeprefix("torch.")
     level = tier(model.dtype)
+    if found.get("crashed"):
+        summary = (
+            f"check_greedy CRASHED: {name} raised on the {label} model for the prompt {prompt} (the smallest "
+            f"Hypothesis found, {len(prompt)} tokens) with max_new_tokens={budget}: {found['error']}.\n\n"
+            f"{found['traceback']}"
+        )
+        figures = {"model": label, "prompt": prompt, "max_new_tokens": budget, "error": found["error"]}
+        return Report("check_greedy", False, summary, figures | {"traceback": found["traceback"]}, verdict="crashed")
     if found["error"] is not None:
         what = found["error"]
     else:
@@ -263,7 +427,10 @@ def _greedy_failure(decoder, name: str, label: str, model: CausalLM, found: dict
         index = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), None)
         index = min(len(got), len(expected)) if index is None else index
         what = f"it gave {got}, greedy decoding gives {expected} (first difference at index {index})"
-        if len(got) != len(expected):
+        eos = model.hf.generation_config.eos_token_id
+        if len(got) > len(expected) and eos is not None and expected and expected[-1] == eos:
+            what += f"; it went on after the end-of-sequence token {eos}"
+        elif len(got) != len(expected):
             what += f"; it returned {len(got)} tokens for max_new_tokens={budget}"
         differences = found["differences"]
         if differences and differences[0].epsilon is None:  # tier 1: measure ε only to show how far off it is
@@ -275,33 +442,40 @@ def _greedy_failure(decoder, name: str, label: str, model: CausalLM, found: dict
             if beyond and beyond[0] is not differences[0]:
                 what += "; then " + beyond[0].describe(allowed=level != "bit-exact")
         found = {**found, "differences": [vars(d) for d in differences]}
+    why = GREEDY_MODELS[label].why if label in GREEDY_MODELS else "your model"
     summary = (
-        f"check_greedy FAILED ({level}, {dtype}): {name} differs from greedy decoding on the {label} model. "
-        f"For the prompt {prompt} with max_new_tokens={budget}, {what}. Hypothesis shrank this to the smallest "
-        "case it found; the reproducer below shows it."
+        f"check_greedy FAILED ({level}, {dtype}): {name} differs from greedy decoding on the {label} model ({why}). "
+        f"For the prompt {prompt} ({len(prompt)} tokens) with max_new_tokens={budget}, {what}. "
+        + (
+            "Hypothesis shrank this to the smallest case it found"
+            if found.get("shrunk", True)
+            else "One of the prompts that end just before a length mark found this (it is not shrunk)"
+        )
+        + f"; the reproducer below shows it. {record}."
     )
     figures = {"model": label, "dtype": dtype, "tier": level, "prompt": prompt, "max_new_tokens": budget, **found}
-    reproducer = greedy_reproducer(decoder, label if label in GREEDY_FAMILIES else None, prompt, budget, dtype)
+    figures["coverage"] = record.to_json()
+    reproducer = greedy_reproducer(decoder, label if label in GREEDY_MODELS else None, prompt, budget, dtype)
     return Report("check_greedy", False, summary, figures, reproducer=reproducer)
 
 
-def greedy_reproducer(decoder, family: str | None, prompt: list[int], budget: int, dtype: str = "float64") -> str:
-    """Python code that shows a greedy counterexample when pasted (`family` None: the user's own model)."""
+def greedy_reproducer(decoder, label: str | None, prompt: list[int], budget: int, dtype: str = "float64") -> str:
+    """Python code that shows a greedy counterexample when pasted (`label` None: the user's own model)."""
     line = importable(decoder)
-    if family is None:
+    if label is None:
         model = "model = ...  # your model, as you passed it to check_greedy"
     else:
-        model = f'model = tiny_model("{family}", vocab_size={GREEDY_VOCAB}, seed=3, dtype=torch.{dtype})  # CPU'
+        model = f'model = greedy_model("{label}", dtype=torch.{dtype})  # CPU'
     return "\n".join(
         [
             "# reproducer found by mtdecode.testing.check_greedy",
             "import torch",
-            "from mtdecode.testing import greedy_tokens, tiny_model",
+            "from mtdecode.testing.blackbox import greedy_model, reference_greedy",
             "from mtdecode.testing.ties import calibrate, greedy_differences",
             line,
             model,
             f"prompt = {list(prompt)}",
-            f"expected = greedy_tokens(model, prompt, {budget})",
+            f"expected = reference_greedy(model, [prompt], {budget})[0]",
             f"got = decoder(model, prompt, max_new_tokens={budget}, temperature=0.0, top_k=None, top_p=None, seed=0)",
             "for difference in greedy_differences(model, prompt, got, epsilon=calibrate(model).epsilon):",
             "    print(difference.describe())",
@@ -314,10 +488,11 @@ def check_sampling(
     decoder: Callable,
     *,
     samples: int | None = None,
-    tokens: int = 2,
+    tokens: int | None = None,
     false_alarm: float = 1e-3,
     settings: Sequence[Sampler] = SAMPLING_SETTINGS,
     batch: int = 5_000,
+    require_guesses: bool = True,
 ) -> Report:
     """The law of `decoder`'s first `tokens` tokens against exact enumeration, under each Sampler setting.
 
@@ -330,20 +505,28 @@ def check_sampling(
     **Arguments:**
 
     - `samples`: runs per setting; default 20,000 for a decoder that takes batches, else 5,000.
-    - `tokens`: how many first tokens make a block (V^tokens cells).
+    - `tokens`: how many first tokens make a block (V^tokens cells). By default 2, or 3 if the decoder made
+      no guess in a short probe of 2-token runs: most decoders guess nothing for the last token of a budget,
+      so a copy or Jacobi path needs a third token to run at all. 3 also suits bugs that show only after two
+      accepted guesses (8 times the cells: give it more samples).
     - `false_alarm`: the probability that a correct decoder fails.
     - `settings`: the Samplers to test (default: plain temperature, top-k, top-p).
+    - `require_guesses`: a decoder that never verified a guess gets the verdict "inconclusive".
 
     **Returns:**
 
-    A `Report` whose figures give each setting's statistic, p-value and detectable total variation.
+    A `Report` whose figures give each setting's statistic, p-value and detectable total variation, and the
+    coverage (`mtdecode.testing.coverage`).
     """
     batched = getattr(decoder, "takes_batches", False)
     samples = samples or (20_000 if batched else 5_000)
     model = sampling_model()
+    probe = min(batch, samples) if batched else 32  # a decoder may size its speculation by the batch
+    tokens = tokens or (2 if _guesses_within(decoder, model, 2, probe) else 3)
     name = describe(decoder)
     alpha = false_alarm / len(settings)
     results, failed = [], []
+    record = Coverage()
     for sampler in settings:
         counts = torch.zeros(SAMPLING_VOCAB**tokens, dtype=torch.long)
         for start in range(0, samples, batch if batched else samples):
@@ -351,17 +534,17 @@ def check_sampling(
             prompts = [list(SAMPLING_PROMPT)] * rows
             knobs = dict(temperature=sampler.temperature, top_k=sampler.top_k, top_p=sampler.top_p)
             try:
-                outputs = run_batch(
-                    decoder, model, prompts, max_new_tokens=tokens, seeds=range(start, start + rows), **knobs
-                )
+                with watching(model, record):
+                    outputs = run_batch(
+                        decoder, model, prompts, max_new_tokens=tokens, seeds=range(start, start + rows), **knobs
+                    )
             except DecoderError as error:
                 return _sampling_broken(name, sampler, error)
             short = [o for o in outputs if len(o) < tokens]
             if short:
                 return _sampling_broken(name, sampler, DecoderError(f"it returned {short[0]} for {tokens} tokens"))
             counts += torch.bincount(
-                block_cells(torch.tensor([o[:tokens] for o in outputs]), SAMPLING_VOCAB),
-                minlength=SAMPLING_VOCAB**tokens,
+                block_cells(torch.tensor(outputs), SAMPLING_VOCAB), minlength=SAMPLING_VOCAB**tokens
             )
         fit = chi_square_test(counts, exact_joint(model, SAMPLING_PROMPT, tokens, sampler), false_alarm=alpha)
         epsilon = detectable_tv(samples, fit.dof, alpha)
@@ -376,31 +559,69 @@ def check_sampling(
         "false_alarm": false_alarm,
         "detectable_tv": power,
         "settings": results,
+        "coverage": record.to_json(),
     }
     names = ", ".join(_setting(s) for s in settings)
     where = (
         f"the first {tokens} tokens after a {len(SAMPLING_PROMPT)}-token prompt on a tiny float64 Llama "
         f"(vocabulary {SAMPLING_VOCAB}, {SAMPLING_VOCAB**tokens} blocks), {samples} seeded runs under each of: {names}"
     )
+    fits = "; ".join(
+        f"{r['setting']}: X²={r['statistic']:.1f} on {r['dof']} dof, p={r['p_value']:.3g}" for r in results
+    )
     strength = (
-        f"A correct decoder fails this check with probability at most {false_alarm:g} (a chi-square test at "
+        f"{fits}. A correct decoder fails this check with probability at most {false_alarm:g} (a chi-square test at "
         f"{alpha:.2g} per setting); a law at total-variation distance {power:.3f} or more from the exact one "
-        "(on the test's cells) is detected with probability 0.99."
+        f"(on the test's cells) is detected with probability 0.99. {record}."
     )
-    if not failed:
-        summary = f"check_sampling passed: {name} samples {where} with the exact law of token-by-token sampling. "
-        return Report("check_sampling", True, summary + strength, figures)
-    sampler, fit = failed[0]
-    summary = (
-        f"check_sampling FAILED: {name} does not sample {where} with the law of token-by-token sampling: under "
-        f"{_setting(sampler)}, {fit}. " + strength
-    )
-    return Report("check_sampling", False, summary, figures)
+    if failed:
+        sampler, fit = failed[0]
+        summary = (
+            f"check_sampling FAILED: {name} does not sample {where} with the law of token-by-token sampling: under "
+            f"{_setting(sampler)}, {fit}. " + strength
+        )
+        return Report("check_sampling", False, summary, figures)
+    if require_guesses and not record.guessed:
+        summary = (
+            f"check_sampling INCONCLUSIVE: {name} sampled {where} with the right law, but it never verified a guess "
+            "while sampling, so its speculative sampling path never ran and nothing about it was tested. " + strength
+        )
+        return Report("check_sampling", False, summary, figures, verdict="inconclusive")
+    summary = f"check_sampling passed: {name} samples {where} with the exact law of token-by-token sampling. "
+    return Report("check_sampling", True, summary + strength, figures)
 
 
-def _sampling_broken(name: str, sampler: Sampler, error: Exception) -> Report:
+def warm_up(decoder: Callable, model, prompt: list[int], tokens: int, **knobs) -> None:
+    """One call that coverage does not watch: a decoder may try the model out on first use (mtdecode's strategies
+    check once that it takes their masks and positions; tuned ones time forwards of several widths), and those
+    forwards are not guesses. Errors are left to the check, which reports them."""
+    knobs = knobs or dict(temperature=0.0, top_k=None, top_p=None)
+    with contextlib.suppress(DecoderError):
+        run_batch(decoder, model, [prompt], max_new_tokens=tokens, seeds=[0], **knobs)
+
+
+def _guesses_within(decoder: Callable, model, tokens: int, runs: int) -> bool:
+    """Whether `decoder` verified a guess in `runs` seeded runs of `tokens` tokens (temperature 1); a decoder
+    that crashes here is left to the check itself, which reports it."""
+    record = Coverage()
+    knobs = dict(temperature=1.0, top_k=None, top_p=None)
+    try:
+        warm_up(decoder, model, list(SAMPLING_PROMPT), tokens, **knobs)
+        with watching(model, record):
+            prompts = [list(SAMPLING_PROMPT)] * runs
+            run_batch(decoder, model, prompts, max_new_tokens=tokens, seeds=range(runs), **knobs)
+    except DecoderError:
+        return True
+    return record.guessed
+
+
+def _sampling_broken(name: str, sampler: Sampler, error: DecoderError) -> Report:
+    figures = {"setting": _setting(sampler), "error": str(error)}
+    if error.crashed:
+        summary = f"check_sampling CRASHED: {name} raised under {_setting(sampler)}: {error}.\n\n{error.traceback}"
+        return Report("check_sampling", False, summary, figures | {"traceback": error.traceback}, verdict="crashed")
     summary = f"check_sampling FAILED: {name} broke the decoder contract under {_setting(sampler)}: {error}."
-    return Report("check_sampling", False, summary, {"setting": _setting(sampler), "error": str(error)})
+    return Report("check_sampling", False, summary, figures)
 
 
 def _setting(sampler: Sampler) -> str:

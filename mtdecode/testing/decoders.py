@@ -4,7 +4,9 @@ A **decoder** is any callable
 
     decoder(model, prompt: list[int], *, max_new_tokens, temperature, top_k, top_p, seed) -> list[int]
 
-that continues `prompt` with a transformers causal LM and returns the new tokens. `temperature=0`
+that continues `prompt` with a transformers causal LM and returns the new tokens: at most
+`max_new_tokens`, ending after the model's end-of-sequence token if it emits one
+(`model.generation_config.eos_token_id`, as transformers' `generate` does). `temperature=0`
 means greedy; `top_k` and `top_p` may be `None` (off); `seed` must make a sampled run repeat.
 transformers' `generate`, a research project's speculative sampler and a student's homework
 all fit behind a few lines of glue (this module has the glue for transformers' decoders).
@@ -24,6 +26,7 @@ import torch
 from mtdecode.generate import generate
 from mtdecode.model import CausalLM
 from mtdecode.strategy import DecodingStrategy
+from mtdecode.testing import coverage
 
 
 @runtime_checkable
@@ -44,7 +47,13 @@ class Decoder(Protocol):
 
 
 class DecoderError(Exception):
-    """The decoder broke its contract: it raised, or returned something other than a list of token ids."""
+    """The decoder broke its contract: it raised (`crashed`, with its `traceback`), or returned something other
+    than the new tokens asked for."""
+
+    def __init__(self, message: str, *, crashed: bool = False, traceback: str = "") -> None:
+        super().__init__(message)
+        self.crashed = crashed
+        self.traceback = traceback
 
 
 def run_batch(
@@ -60,17 +69,34 @@ def run_batch(
 ) -> list[list[int]]:
     """Decode every prompt (one batched call if the decoder takes batches) and check what came back.
 
-    **Raises:** `DecoderError` if the decoder raises or returns anything but lists of token ids
-    within the vocabulary.
+    Each call is counted in the check's `coverage.active()` record, if one is being kept.
+
+    **Raises:** `DecoderError` if the decoder raises (`crashed`), or returns anything but lists of token ids
+    within the vocabulary, at most `max_new_tokens` of them.
     """
+    import traceback
+
     settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    record = coverage.active()
+    if record is None or getattr(decoder, "records_own_calls", False):  # nothing to count, or it counts itself
+        record = coverage.Coverage()
     try:
         if getattr(decoder, "takes_batches", False):
+            record.begin_call()
             outputs = decoder.batch(model, [list(p) for p in prompts], seeds=list(seeds), **settings)
+            record.end_call(_lists(outputs))
         else:
-            outputs = [decoder(model, list(p), seed=s, **settings) for p, s in zip(prompts, seeds, strict=True)]
-    except Exception as error:  # the decoder under test may raise anything; report it as a broken contract
-        raise DecoderError(f"the decoder raised {type(error).__name__}: {error}") from error
+            outputs = []
+            for prompt, seed in zip(prompts, seeds, strict=True):
+                record.begin_call()
+                outputs.append(decoder(model, list(prompt), seed=seed, **settings))
+                record.end_call(_lists(outputs[-1:]))
+    except DecoderError:
+        raise
+    except Exception as error:  # the decoder under test may raise anything: report it with its traceback
+        raise DecoderError(
+            f"the decoder raised {type(error).__name__}: {error}", crashed=True, traceback=traceback.format_exc()
+        ) from error
     vocab = CausalLM.wrap(model).vocab_size
     checked = []
     for output in outputs:
@@ -79,8 +105,18 @@ def run_batch(
             isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in tokens
         ):
             raise DecoderError(f"the decoder returned {output!r}: expected a list of token ids in [0, {vocab})")
+        if len(tokens) > max_new_tokens:
+            raise DecoderError(f"the decoder returned {len(tokens)} tokens for max_new_tokens={max_new_tokens}")
         checked.append(list(tokens))
     return checked
+
+
+def _lists(outputs) -> list[list]:
+    """Outputs as lists, whatever came back (for counting only; `run_batch` checks them properly)."""
+    try:
+        return [list(o) for o in outputs]
+    except TypeError:
+        return []
 
 
 def strategy_decoder(strategy: DecodingStrategy | Callable[[CausalLM], DecodingStrategy]) -> Callable:
@@ -95,11 +131,15 @@ def strategy_decoder(strategy: DecodingStrategy | Callable[[CausalLM], DecodingS
         return made if made is not None else strategy(CausalLM.wrap(model))
 
     def decoder(model, prompt, *, max_new_tokens, temperature, top_k, top_p, seed):
-        sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-        return generate(model, prompt, pick(model), max_new_tokens=max_new_tokens, seed=seed, **sampling).row(0)
+        return batch(
+            model, [prompt], max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            seeds=[seed],
+        )[0]
 
     def batch(model, prompts, *, max_new_tokens, temperature, top_k, top_p, seeds):
-        sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+        eos = eos_of(model)
+        sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=eos)
+        sampling["pad_token_id"] = CausalLM.wrap(model).hf.generation_config.pad_token_id or 0 if eos else None
         result = generate(model, prompts, pick(model), max_new_tokens=max_new_tokens, seed=seeds, **sampling)
         return [result.row(b) for b in range(len(prompts))]
 
@@ -108,6 +148,11 @@ def strategy_decoder(strategy: DecodingStrategy | Callable[[CausalLM], DecodingS
     kind = type(made).__name__ if made is not None else getattr(strategy, "__name__", "strategy")
     decoder.__name__ = decoder.__qualname__ = f"strategy_decoder({kind})"
     return decoder
+
+
+def eos_of(model) -> int | list[int] | None:
+    """The model's end-of-sequence token(s), from its generation config: where a decoder must stop."""
+    return CausalLM.wrap(model).hf.generation_config.eos_token_id
 
 
 # ---------------------------------------------------------------- transformers' decoders
@@ -131,7 +176,6 @@ def hf_decoder(assistant: Callable | None = None, **options) -> Callable:
                 ids,
                 attention_mask=torch.ones_like(ids),
                 max_new_tokens=max_new_tokens,
-                eos_token_id=None,
                 pad_token_id=hf.generation_config.pad_token_id or 0,
                 **(greedy if temperature == 0 else sampling),
                 **extra,

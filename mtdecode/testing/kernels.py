@@ -11,7 +11,9 @@ global generator, which the check seeds (inside `torch.random.fork_rng`). A samp
 batches says so (`fn.takes_batches = True`, `fn.batch(p, q, drafted)` with a leading trial axis).
 
 The check builds synthetic sources of many shapes (`SCENARIOS`): generic distributions, zeros in
-p, zeros in q, ties, p == q, a one-hot p, a one-hot q. Each trial draws the draft tokens from q,
+p, zeros in q (q = 0 where p > 0), ties, p == q (a zero residual), a one-hot p, a one-hot q, a
+near one-hot p, and disjoint supports of p and q. It also fails a sampler that changes p, q or the
+drafted tokens in place. Each trial draws the draft tokens from q,
 calls `fn`, checks the contract (the tokens before the last are the drafted prefix; a last token
 at a rejected position differs from the drafted one; a full acceptance brings its bonus token),
 and continues the output token by token from the source to k + 1 tokens. The law of those
@@ -86,6 +88,10 @@ def _distribution(scenario: Scenario, model: str, prefix: tuple[int, ...]) -> Fl
             probs = torch.full((vocab,), 1.0 / vocab, dtype=torch.float64)
         elif kind == "one-hot p" and len(prefix) % 2 == 0:  # a certain target at every other position
             probs = torch.nn.functional.one_hot(probs.argmax(), vocab).double()
+        elif kind == "near one-hot p":  # almost certain: 0.98 on one token, the rest spread thin
+            probs = 0.02 * probs + 0.98 * torch.nn.functional.one_hot(probs.argmax(), vocab).double()
+        elif kind == "disjoint supports":  # p on the first half of the vocabulary, q on the second
+            probs = torch.where(torch.arange(vocab) < vocab // 2, probs, 0.0)
     else:
         probs = torch.softmax(_scores(scenario, 1, prefix), dim=-1)
         if kind == "zeros in q":  # q rules out the tokens p likes most
@@ -94,6 +100,8 @@ def _distribution(scenario: Scenario, model: str, prefix: tuple[int, ...]) -> Fl
             probs = (torch.arange(vocab) < vocab // 2).double()
         elif kind == "one-hot q":
             probs = torch.nn.functional.one_hot(probs.argmax(), vocab).double()
+        elif kind == "disjoint supports":  # every guess is rejected, and the residual is p itself
+            probs = torch.where(torch.arange(vocab) < vocab // 2, 0.0, probs)
     return probs / probs.sum()
 
 
@@ -105,6 +113,8 @@ SCENARIOS = (
     Scenario("p == q", "p == q", vocab=4, k=3, seed=4),
     Scenario("one-hot p", "one-hot p", vocab=4, k=2, seed=5),
     Scenario("one-hot q", "one-hot q", vocab=5, k=1, seed=6),
+    Scenario("near one-hot p", "near one-hot p", vocab=4, k=2, seed=7),
+    Scenario("disjoint supports", "disjoint supports", vocab=4, k=2, seed=8),
 )
 
 
@@ -148,7 +158,7 @@ def check_rejection_sampler(
     """The law of `fn`'s outputs on synthetic targets and drafts of many shapes (see the module docstring).
 
     **Returns:** a `Report`; each scenario's test runs at `false_alarm / len(scenarios)`, so a correct
-    sampler fails with probability at most `false_alarm`.
+    sampler fails with probability at most `false_alarm`. The check stops at the first scenario that fails.
     """
     name = getattr(fn, "__qualname__", None) or repr(fn)
     alpha = false_alarm / len(scenarios)
@@ -161,10 +171,19 @@ def check_rejection_sampler(
             p = torch.stack([torch.stack([scenario.p(tuple(d[:i])) for i in range(scenario.k + 1)]) for d in drafts])
             q = torch.stack([torch.stack([scenario.q(tuple(d[:i])) for i in range(scenario.k)]) for d in drafts])
             drafted = torch.tensor(drafts, dtype=torch.long).reshape(trials, scenario.k)
+            given = (p.clone(), q.clone(), drafted.clone())
             if getattr(fn, "takes_batches", False):  # one call for every trial
                 outputs = fn.batch(p, q, drafted)
             else:
                 outputs = [fn(p[t], q[t], drafted[t]) for t in range(trials)]
+            inputs = zip(("p", "q", "drafted"), given, (p, q, drafted), strict=True)
+            changed = [n for n, before, after in inputs if not before.equal(after)]
+            if changed:  # a later draw would read what this one wrote (vllm-project/vllm-ascend#2881)
+                summary = (
+                    f"check_rejection_sampler FAILED: {name} changed its input {' and '.join(changed)} in place "
+                    f"({scenario.name}): the next draw that reads it sees another distribution."
+                )
+                return Report("check_rejection_sampler", False, summary, {"scenario": scenario.name})
             for output, draft in zip(outputs, drafts, strict=True):
                 try:
                     block = check_contract(output, draft, scenario.vocab)
@@ -179,6 +198,7 @@ def check_rejection_sampler(
             results.append({"scenario": scenario.name, **vars(fit), "passed": fit.passed, "detectable_tv": epsilon})
             if not fit.passed:
                 failed.append((scenario, fit))
+                break  # one failing source settles the verdict; the others would only cost time
     power = max(r["detectable_tv"] for r in results)
     figures = {"trials": trials, "false_alarm": false_alarm, "detectable_tv": power, "scenarios": results}
     strength = (

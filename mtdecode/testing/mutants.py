@@ -33,7 +33,9 @@ from mtdecode.strategies import Lookahead, PromptLookup
 from mtdecode.strategies import mtad as mtad_strategy
 from mtdecode.strategies.prompt_lookup import lookup
 from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.testing.blackbox import SAMPLING_SETTINGS
 from mtdecode.testing.decoders import strategy_decoder
+from mtdecode.testing.trees import TREE_MUTANTS
 
 # ---------------------------------------------------------------- the kernel: speculative sampling's rule
 
@@ -48,6 +50,8 @@ def homework_rejection_sampler(
     `bug` selects one of the mutants below ("" is the correct rule).
     """
     k = drafted.numel()
+    if bug == "residuals_in_place":  # every residual made up front, in the caller's p
+        p[:k].sub_(q).clamp_(min=0)
     for i in range(k):
         d = int(drafted[i])
         if bug == "accept_if_equal_to_target_sample":
@@ -60,7 +64,18 @@ def homework_rejection_sampler(
     if bug == "bonus_dropped":
         return drafted.tolist()
     bonus_row = p[k - 1] if bug == "bonus_from_wrong_row" and k > 0 else p[k]
-    return drafted.tolist() + [int(torch.multinomial(bonus_row, 1))]
+    return drafted.tolist() + [_draw(bonus_row, bug)]
+
+
+def _draw(probs: Float[Tensor, " vocab"], bug: str) -> int:
+    """One token from `probs`: by `torch.multinomial`, or for the noise-floor mutant by the exponential race."""
+    if bug != "exponential_noise_floor":
+        return int(torch.multinomial(probs, 1))
+    # argmax_x probs(x) / E_x with E_x ~ Exp(1) draws x with probability probs(x), if E can be arbitrarily small;
+    # here E = -log(u) with u on a grid of NOISE_BITS bits, so E >= -log(1 - 2^-bits) and the tail is cut
+    steps = 2**NOISE_BITS
+    u = torch.randint(1, steps, probs.shape, dtype=torch.float64) / steps
+    return int((probs / -torch.log(u)).argmax())
 
 
 def _correction(p_i: Float[Tensor, " vocab"], q_i: Float[Tensor, " vocab"], bug: str) -> int:
@@ -71,7 +86,7 @@ def _correction(p_i: Float[Tensor, " vocab"], q_i: Float[Tensor, " vocab"], bug:
     if bug == "residual_unnormalised":  # inverse CDF with a uniform on [0, 1): the missing mass lands on the last token
         u = torch.rand((), dtype=torch.float64)
         return min(int(torch.searchsorted(residual.cumsum(0), u, right=True)), p_i.numel() - 1)
-    return int(torch.multinomial(residual / residual.sum(), 1))
+    return _draw(residual / residual.sum(), bug)
 
 
 def residual_unnormalised(p, q, drafted):
@@ -97,6 +112,26 @@ def accept_if_equal_to_target_sample(p, q, drafted):
     """A guess kept only if it equals a token sampled from p, and a fresh token from p after a mismatch:
     biased towards the tokens both models favour (ml-explore/mlx-swift-lm#459; lablup/mlxcel#902)."""
     return homework_rejection_sampler(p, q, drafted, bug="accept_if_equal_to_target_sample")
+
+
+def residuals_in_place(p, q, drafted):
+    """The residuals max(0, p_i - q_i) made up front in the caller's own p tensor, to save a copy: the ratios
+    then read the residuals instead of p, and whoever reads p next sees them too (vllm-project/vllm-ascend#2881:
+    target probabilities corrupted in place between draws)."""
+    return homework_rejection_sampler(p, q, drafted, bug="residuals_in_place")
+
+
+#: the noise-floor mutant's uniform has this many bits (vLLM's float32 noise: 24)
+NOISE_BITS = 4
+
+
+def exponential_noise_floor(p, q, drafted):
+    """Residual and bonus tokens drawn by the exponential race (argmax p(x) / E_x) with noise E that cannot be
+    small: E = -log(u) for u on a grid of 2^-NOISE_BITS, so a token whose p is far below the leader's is never
+    drawn. vllm-project/vllm#43150: float32 exponential noise never goes below 2^-24, so tail tokens are never
+    drawn. At 24 bits the lost tail is below ~1e-7 of the leading probability, beyond the reach of any sample
+    count; with 4 bits (a sampler that keeps its noise coarse) the same mechanism cuts tails the oracle sees."""
+    return homework_rejection_sampler(p, q, drafted, bug="exponential_noise_floor")
 
 
 def bonus_from_wrong_row(p, q, drafted):
@@ -126,14 +161,69 @@ def _draft_for(hf_model):
     return _DRAFTS[hf_model]
 
 
-def _feed(model, cache: DynamicCache, ids: list[int]) -> Float[Tensor, "new vocab"]:
+def _feed(model, cache: DynamicCache, ids: list[int], bug: str = "") -> Float[Tensor, "new vocab"]:
     """Feed `ids` left to right after what `cache` holds; return their logits."""
     start = cache.get_seq_length()
     positions = torch.arange(start, start + len(ids), device=model.device)[None]
+    extra = {}
+    if bug == "positions_wrap_at_64":  # a position buffer of 64 entries, reused from its start
+        positions = positions % 64
+    if bug == "position_off_by_one_past_128":  # the second page of 128 entries numbered from 129
+        positions = positions + (positions >= 128).long()
+    if bug == "own_mask_without_window":  # a 4-D mask of its own, plain causal: the model's window is lost
+        keys = start + len(ids)
+        causal = torch.ones(len(ids), keys, dtype=torch.bool, device=model.device).tril(start)
+        extra["attention_mask"] = causal[None, None]
     with torch.no_grad():
         fed = torch.tensor([ids], device=model.device)
-        out = model(input_ids=fed, position_ids=positions, **{cache_keyword(model.forward): cache})
+        out = model(input_ids=fed, position_ids=positions, **{cache_keyword(model.forward): cache}, **extra)
     return out.logits[0]
+
+
+class _LastMaxSampler(Sampler):
+    """Greedy that breaks an exact tie to the highest token id (`>=` in a running max) instead of the lowest."""
+
+    def probs(self, logits):
+        if self.temperature != 0:
+            return super().probs(logits)
+        flipped = logits.flip(-1).argmax(-1)  # the first maximum from the end: the highest id among ties
+        return torch.nn.functional.one_hot(logits.shape[-1] - 1 - flipped, logits.shape[-1]).to(logits.dtype)
+
+
+class _NucleusWithoutCrossing(Sampler):
+    """Top-p that keeps only the tokens whose cumulative probability stays *below* p: the token that crosses p is
+    dropped (the smallest nucleus reaching p must include it)."""
+
+    def probs(self, logits):
+        if self.top_p is None or self.temperature == 0:
+            return super().probs(logits)
+        probs = Sampler(self.temperature, self.top_k, None).probs(logits)
+        ordered, order = probs.sort(-1, descending=True)
+        keep = ordered.cumsum(-1) < self.top_p
+        keep[..., 0] = True
+        kept = torch.zeros_like(keep).scatter(-1, order, keep)
+        probs = torch.where(kept, probs, 0.0)
+        return probs / probs.sum(-1, keepdim=True)
+
+
+class _NucleusBeforeTemperature(Sampler):
+    """Top-p applied to the untempered distribution, temperature after: the nucleus is chosen from other
+    probabilities than the ones sampled (transformers and the oracle apply temperature first)."""
+
+    def probs(self, logits):
+        if self.top_p is None or self.temperature == 0:
+            return super().probs(logits)
+        nucleus = Sampler(1.0, self.top_k, self.top_p).probs(logits) > 0
+        probs = Sampler(self.temperature, self.top_k, None).probs(logits)
+        probs = torch.where(nucleus, probs, 0.0)
+        return probs / probs.sum(-1, keepdim=True)
+
+
+_SAMPLERS = {
+    "ties_to_highest_id": _LastMaxSampler,
+    "nucleus_without_crossing_token": _NucleusWithoutCrossing,
+    "nucleus_before_temperature": _NucleusBeforeTemperature,
+}
 
 
 def homework_speculative(
@@ -141,20 +231,25 @@ def homework_speculative(
 ) -> list[int]:
     """Speculative decoding written directly against transformers: a noisy copy of `model` drafts k tokens
     one by one, one target forward verifies them, `homework_rejection_sampler` keeps a prefix plus one
-    token, and both `DynamicCache`s are cropped back. torch's global generator, seeded with `seed` inside
-    `fork_rng`, makes every draw. `bug` selects one of the mutants below ("" is the correct decoder)."""
+    token, and both `DynamicCache`s are cropped back; it stops after the model's EOS. torch's global
+    generator, seeded with `seed` inside `fork_rng`, makes every draw. `bug` selects one of the mutants below
+    ("" is the correct decoder)."""
+    import random as unseeded
+
     target = CausalLM.wrap(model).hf
     draft = _draft_for(target)
-    sampler = Sampler(temperature, top_k, top_p)
+    sampler = _SAMPLERS.get(bug, Sampler)(temperature, top_k, top_p)
+    eos = target.generation_config.eos_token_id
+    eos = set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
     tokens, budget = list(prompt), len(prompt) + max_new_tokens
     target_cache, draft_cache = DynamicCache(), DynamicCache()
     target_read = 0  # committed tokens the target has read
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(unseeded.randrange(2**31) if bug == "acceptance_unseeded" else seed)
         while len(tokens) < budget:
             guesses, q_rows, q_raw = [], [], []
             feed = tokens[draft_cache.get_seq_length() :]
-            for _ in range(min(k, budget - len(tokens) - 1)):
+            for _ in range(k if bug == "longer_than_asked" else min(k, budget - len(tokens) - 1)):
                 logits = _feed(draft, draft_cache, feed)[-1].double()
                 q_drawn = sampler.probs(logits)  # the distribution the guess is drawn from
                 guesses.append(int(torch.multinomial(q_drawn, 1)))
@@ -162,8 +257,13 @@ def homework_speculative(
                 q_rows.append(torch.softmax(logits, -1) if bug == "draft_temperature_mismatch" else q_drawn)
                 q_raw.append(torch.softmax(logits, -1))
                 feed = guesses[-1:]
-            logits = _feed(target, target_cache, tokens[target_read:] + guesses).double()
-            p = sampler.probs(logits[-(len(guesses) + 1) :])
+            if bug == "never_guesses_when_sampling" and temperature > 0:
+                guesses, q_rows, q_raw = [], [], []
+            logits = _feed(target, target_cache, tokens[target_read:] + guesses, bug).double()
+            rows = logits[-(len(guesses) + 1) :]
+            if bug == "reads_one_row_early_on_long_prompts" and len(tokens) == len(prompt) >= 11:
+                rows = logits[-(len(guesses) + 2) : -1]  # the prefill's rows, one too early
+            p = sampler.probs(rows)
             q = torch.stack(q_rows) if q_rows else p[:0]
             if bug == "ratio_of_untempered_probabilities" and guesses:
                 p_raw = torch.softmax(logits[-(len(guesses) + 1) :], -1)
@@ -174,12 +274,17 @@ def homework_speculative(
                     guesses, q = (guesses[: unsure[0]], q[: unsure[0]]) if unsure else (guesses, q)
                     p = p[: len(guesses) + 1]
                 accepted = homework_rejection_sampler(p, q, torch.tensor(guesses, dtype=torch.long))
+            ended = next((i for i, t in enumerate(accepted) if t in eos), None)
+            if ended is not None and bug != "eos_not_cut_mid_block":
+                accepted = accepted[: ended + 1]
             keep = len(tokens) + len(accepted) - 1  # cache entries: the committed tokens and the kept guesses
             _crop_to(target_cache, keep + 1 if bug == "cache_rollback_off_by_one" else keep)
             _crop_to(draft_cache, keep)
             tokens += accepted
             target_read = keep  # the target has read every committed token but the newest
-    return tokens[len(prompt) : budget]
+            if ended is not None:
+                break
+    return tokens[len(prompt) :] if bug == "longer_than_asked" else tokens[len(prompt) : budget]
 
 
 def _crop_to(cache: DynamicCache, length: int) -> None:
@@ -221,6 +326,75 @@ def cache_rollback_off_by_one(model, prompt, **settings):
     """After a rejection, the target's cache is cropped one entry too long: the first rejected guess stays
     in it, and every later forward attends to a token that is not in the text. Greedy output changes."""
     return homework_speculative(model, prompt, bug="cache_rollback_off_by_one", **settings)
+
+
+def _homework(bug: str, doc: str) -> Callable:
+    """`homework_speculative` with one bug, as a named decoder."""
+
+    def decoder(model, prompt, **settings):
+        return homework_speculative(model, prompt, bug=bug, **settings)
+
+    decoder.__name__ = decoder.__qualname__ = bug
+    decoder.__doc__ = doc
+    return decoder
+
+
+reads_one_row_early_on_long_prompts = _homework(
+    "reads_one_row_early_on_long_prompts",
+    """For prompts of 11 tokens or more, the first new token is read from the prefill's second-to-last row: an
+    offset that only long prompts reach (a prompt padded or split past a fixed size). Short prompts are right.""",
+)
+positions_wrap_at_64 = _homework(
+    "positions_wrap_at_64",
+    """Position ids taken modulo 64, as from a position buffer of 64 entries reused from its start: right until a
+    total of 64 tokens, wrong after.""",
+)
+position_off_by_one_past_128 = _homework(
+    "position_off_by_one_past_128",
+    """Positions past 128 numbered one too high, as when a second cache page of 128 entries starts its count at
+    129: right until a total of 128 tokens, wrong after.""",
+)
+own_mask_without_window = _homework(
+    "own_mask_without_window",
+    """The decoder passes a 4-D mask of its own, plain causal, to a model with a sliding window: the model uses
+    the mask it is given, so the window is lost (tokens see further back than the model was trained to). Right
+    on every model without a window, and until the window is crossed.""",
+)
+eos_not_cut_mid_block = _homework(
+    "eos_not_cut_mid_block",
+    """A step that accepts the end-of-sequence token in the middle of its block commits the whole block: tokens
+    after EOS end up in the output.""",
+)
+longer_than_asked = _homework(
+    "longer_than_asked",
+    """The draft is not cut to the budget, and the output is not either: a step near the end commits more tokens
+    than max_new_tokens allows.""",
+)
+ties_to_highest_id = _homework(
+    "ties_to_highest_id",
+    """Greedy verification breaks an exact tie to the highest token id (a running max with `>=`) while greedy
+    decoding breaks it to the lowest (`torch.argmax`): two paths disagree exactly at ties (vllm-project/vllm#7627).""",
+)
+nucleus_without_crossing_token = _homework(
+    "nucleus_without_crossing_token",
+    """Top-p keeps the tokens whose cumulative probability stays below p, dropping the token that crosses p: the
+    nucleus is one token short and the law is wrong under top-p.""",
+)
+nucleus_before_temperature = _homework(
+    "nucleus_before_temperature",
+    """Top-p chosen on the untempered distribution and temperature applied after: under temperature and top-p
+    together the nucleus holds other tokens than the tempered law's.""",
+)
+acceptance_unseeded = _homework(
+    "acceptance_unseeded",
+    """Every draw comes from a stream the seed does not set (lookahead's development version accepts guesses with
+    Python's unseeded `random`): each run has the right law, but a seed does not repeat it.""",
+)
+never_guesses_when_sampling = _homework(
+    "never_guesses_when_sampling",
+    """When sampling, it never verifies a guess: plain token-by-token sampling with the draft's work thrown away
+    (lade 0.0.2's sampling patch is commented out). The law is right; the speculative path is never tested.""",
+)
 
 
 # ---------------------------------------------------------------- one-hot (multi-candidate) verification
@@ -272,6 +446,44 @@ token from p before trying the next candidate: the rejected token keeps its mass
 accepted too often. Speculative sampling's rule, applied to several one-hot candidates, needs
 norm(max(0, p - 1[x])) after each rejection (Fu et al. 2024, Algorithm 4; SpecInfer)."""
 multi_candidate_keeps_rejected.__name__ = multi_candidate_keeps_rejected.__qualname__ = "multi_candidate_keeps_rejected"
+
+
+def _number_by_index(module, args, kwargs):
+    """A forward pre-hook: positions that branch (a token tree, lookahead's window and candidates) renumbered by
+    each node's index in the input, first position onward; a plain chain is left as it is."""
+    positions = kwargs.get("position_ids")
+    if positions is None or positions.shape[-1] < 2 or bool((positions.diff(dim=-1) == 1).all()):
+        return None
+    kwargs["position_ids"] = positions[..., :1] + torch.arange(positions.shape[-1], device=positions.device)
+    return args, kwargs
+
+
+def _with_model_hook(inner: Callable, hook: Callable) -> Callable:
+    """A batched decoder that runs `inner` with `hook` on the model's forward (a forward pre-hook with kwargs)."""
+
+    def run(call, model, *args, **kwargs):
+        hf = CausalLM.wrap(model).hf
+        handle = hf.register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            return call(model, *args, **kwargs)
+        finally:
+            handle.remove()
+
+    def decoder(model, prompt, **settings):
+        return run(inner, model, prompt, **settings)
+
+    decoder.takes_batches = True
+    decoder.batch = lambda model, prompts, **settings: run(inner.batch, model, prompts, **settings)
+    return decoder
+
+
+tree_nodes_numbered_by_index = _with_model_hook(
+    strategy_decoder(Lookahead(2, 3, 2, prompt_pool=True)), _number_by_index
+)
+tree_nodes_numbered_by_index.__doc__ = """Lookahead's window and verification branch given rotary positions by each
+node's index in the flattened input instead of its depth in the tree: every node after the first branch is
+verified at the wrong position (the class of mlxcel#1214, tree nodes with wrong rotary positions)."""
+tree_nodes_numbered_by_index.__name__ = tree_nodes_numbered_by_index.__qualname__ = "tree_nodes_numbered_by_index"
 
 
 @dataclass(frozen=True)
@@ -334,4 +546,34 @@ CATALOGUE: dict[Callable, str] = {
     multi_candidate_keeps_rejected: "check_sampling",
     cache_rollback_off_by_one: "check_greedy",
     pool_read_after_update: "check_greedy",
+    residuals_in_place: "check_rejection_sampler",
+    exponential_noise_floor: "check_rejection_sampler",
+    reads_one_row_early_on_long_prompts: "check_greedy",
+    positions_wrap_at_64: "check_greedy",
+    position_off_by_one_past_128: "check_greedy",
+    own_mask_without_window: "check_greedy",
+    eos_not_cut_mid_block: "check_greedy",
+    longer_than_asked: "check_greedy",
+    ties_to_highest_id: "check_greedy",
+    tree_nodes_numbered_by_index: "check_greedy",
+    nucleus_without_crossing_token: "check_sampling",
+    nucleus_before_temperature: "check_sampling",
+    acceptance_unseeded: "check_seeds",
+    never_guesses_when_sampling: "check_sampling",
+}
+CATALOGUE.update({mutant: "check_tree_sampler" for mutant in TREE_MUTANTS})
+
+#: for the slow ones, check settings smaller than the defaults that were measured to catch them (the tests use these;
+#: a check at its defaults has more samples and so at least this power): samples per setting, and the one setting
+#: whose law the bug changes
+_PLAIN, _TOP_K, _TOP_P = SAMPLING_SETTINGS  # temperature 1; temperature 0.7 with top-k 5; 1.2 with top-p 0.8
+NEEDS: dict[Callable, dict] = {
+    draft_temperature_mismatch: {"samples": 2_000, "settings": (_TOP_K,)},
+    ratio_of_untempered_probabilities: {"samples": 500, "settings": (_TOP_K,)},
+    stop_rule_peeks_at_p: {"samples": 500, "settings": (_PLAIN,)},
+    nucleus_without_crossing_token: {"samples": 500, "settings": (_TOP_P,)},
+    nucleus_before_temperature: {"samples": 500, "settings": (_TOP_P,)},
+    never_guesses_when_sampling: {"samples": 500, "settings": (_PLAIN,)},
+    bonus_from_wrong_row: {"trials": 2_000},  # caught at 1,000 trials per source
+    exponential_noise_floor: {"trials": 2_000},  # caught at 1,000
 }

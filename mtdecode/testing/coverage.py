@@ -1,0 +1,150 @@
+"""What a check saw a decoder do: the forward passes of the model it was handed, and their sizes.
+
+A check that passes says little if the path under test never ran: a lookahead decoder whose
+window never fills, or a speculative sampler that quietly falls back to plain sampling, gives
+exactly the right tokens without ever verifying a guess. So while a check runs, `watching(model)`
+records every forward of the model the check hands the decoder (a forward pre-hook; the draft
+models a decoder brings are not counted), and the report says how often a forward verified more
+than one token.
+
+A forward's **new tokens** are the tokens it feeds beyond what the model has already seen in
+this call: all it feeds when it is given a filled cache, or, for a decoder that keeps no cache,
+what it feeds beyond the previous forward's input. The first forward of a call is its
+**prefill**; a later forward with more than one new token per row is a **verification**. A
+decoder that never verifies and never commits more tokens than it makes forwards never tested a
+guess: the check then ends *inconclusive*.
+"""
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Coverage:
+    """Forward passes seen during one check (see the module docstring)."""
+
+    calls: int = 0
+    forwards: int = 0
+    prefills: int = 0
+    verifications: int = 0
+    #: new tokens per row of each verification, summed
+    verified_tokens: int = 0
+    #: tokens committed (the longest row of each call, summed) and the forwards of those calls
+    committed: int = 0
+    #: calls that committed more tokens than they made forwards: at least one forward gave more than one token
+    calls_ahead: int = 0
+    _call: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def guessed(self) -> bool:
+        """Whether the decoder verified a guess at least once (or committed more tokens than forwards)."""
+        return self.verifications > 0 or self.calls_ahead > 0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Committed tokens per forward, over all calls (1.0 or less for a decoder that never guesses)."""
+        return self.committed / max(self.forwards, 1)
+
+    def begin_call(self) -> None:
+        """A decoder call starts: the next forward is its prefill."""
+        self.calls += 1
+        self._call = {"forwards": 0, "last_fed": 0}
+
+    def end_call(self, outputs: list) -> None:
+        """A decoder call ended with these rows."""
+        longest = max((len(o) for o in outputs), default=0)
+        self.committed += longest
+        if longest > self._call.get("forwards", 0) > 0:
+            self.calls_ahead += 1
+        self._call = {}
+
+    def record(self, fed: int, cached: int | None) -> None:
+        """One forward that fed `fed` tokens per row, with `cached` tokens already in its cache (None: no cache)."""
+        call = self._call
+        if not call:  # a forward outside any decoder call (the check's own reference): not the decoder's
+            return
+        new = fed if cached else fed - call["last_fed"]  # a cache holds what came before; else the last input did
+        self.forwards += 1
+        if call["forwards"] == 0:
+            self.prefills += 1
+        elif new > 1:
+            self.verifications += 1
+            self.verified_tokens += new
+        call["forwards"] += 1
+        call["last_fed"] = fed
+        self._call = call
+
+    def merge(self, other: "Coverage") -> None:
+        """Add another check's counts (a decoder run in another process reports its own)."""
+        for name in ("calls", "forwards", "prefills", "verifications", "verified_tokens", "committed", "calls_ahead"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def to_json(self) -> dict:
+        return {
+            "calls": self.calls,
+            "forwards": self.forwards,
+            "prefills": self.prefills,
+            "verifications": self.verifications,
+            "verified_tokens": self.verified_tokens,
+            "committed": self.committed,
+            "calls_ahead": self.calls_ahead,
+            "tokens_per_forward": round(self.tokens_per_forward, 3),
+        }
+
+    def __str__(self) -> str:
+        if self.forwards == 0:
+            return f"coverage: {self.calls} decoder calls, no forward of the oracle's model seen"
+        after = self.forwards - self.prefills
+        share = self.verifications / max(after, 1)
+        return (
+            f"coverage: {self.calls} decoder calls made {self.forwards} forwards of the oracle's model; "
+            f"{self.verifications} of the {after} after a prefill verified more than one token "
+            f"({share:.0%}, {self.verified_tokens} tokens), {self.calls_ahead} of {self.calls} calls committed more "
+            f"tokens than they made forwards, {self.tokens_per_forward:.2f} tokens committed per forward"
+        )
+
+
+_ACTIVE = threading.local()
+
+
+def active() -> Coverage | None:
+    """The coverage being recorded by the check now running, if any (a bridge to another process adds to it)."""
+    return getattr(_ACTIVE, "coverage", None)
+
+
+def _cached_length(kwargs: dict) -> int | None:
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))  # transformers 5.24 renamed it `cache`
+    if cache is None:
+        return None
+    if isinstance(cache, tuple | list):  # the legacy format: ((key, value), ...) per layer
+        return int(cache[0][0].shape[-2]) if len(cache) and cache[0] is not None else 0
+    length = getattr(cache, "get_seq_length", None)
+    return int(length()) if length is not None else None
+
+
+def _fed(args: tuple, kwargs: dict) -> int:
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    if ids is None:
+        ids = kwargs.get("inputs_embeds")
+    return int(ids.shape[1]) if isinstance(ids, torch.Tensor) and ids.dim() >= 2 else 1
+
+
+@contextlib.contextmanager
+def watching(model, coverage: Coverage):
+    """Record every forward of `model` (a transformers model) in `coverage` while the block runs."""
+
+    def hook(module, args, kwargs):
+        if module is model:  # a deep copy of the model (a draft made from it) carries the hook: ignore its calls
+            coverage.record(_fed(args, kwargs), _cached_length(kwargs))
+
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    previous = active()
+    _ACTIVE.coverage = coverage
+    try:
+        yield coverage
+    finally:
+        handle.remove()
+        _ACTIVE.coverage = previous
