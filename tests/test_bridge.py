@@ -70,6 +70,7 @@ def test_a_remote_decoder_gives_the_in_process_tokens_counts_its_forwards_and_pa
             outputs = decode(decoder, model, PROMPTS, budget=4)
         assert outputs == decode(hf_decoder(), model, PROMPTS, budget=4)
         assert decoder.versions["executable"] and decoder.versions["transformers"]
+        assert decoder.decodes_one_at_a_time  # the glue takes one prompt per call: check_sampling's smaller default
         assert [t["max_logit_difference"] for t in decoder.transfers] == [0.0]  # same interpreter: same logits
 
         assert record.calls == len(PROMPTS)  # the glue takes one prompt at a time: one call each

@@ -504,7 +504,8 @@ def check_sampling(
 
     **Arguments:**
 
-    - `samples`: runs per setting; default 20,000 for a decoder that takes batches, else 5,000.
+    - `samples`: runs per setting; default 20,000 for a decoder that takes batches, else 5,000 (also for one
+      behind the `--python` bridge whose own decoder does not take batches).
     - `tokens`: how many first tokens make a block (V^tokens cells). By default 2, or 3 if the decoder made
       no guess in a short probe of 2-token runs: most decoders guess nothing for the last token of a budget,
       so a copy or Jacobi path needs a third token to run at all. 3 also suits bugs that show only after two
@@ -519,7 +520,8 @@ def check_sampling(
     coverage (`mtdecode.testing.coverage`).
     """
     batched = getattr(decoder, "takes_batches", False)
-    samples = samples or (20_000 if batched else 5_000)
+    one_at_a_time = not batched or getattr(decoder, "decodes_one_at_a_time", False)  # e.g. behind the bridge
+    samples = samples or (5_000 if one_at_a_time else 20_000)
     model = sampling_model()
     probe = min(batch, samples) if batched else 32  # a decoder may size its speculation by the batch
     tokens = tokens or (2 if _guesses_within(decoder, model, 2, probe) else 3)

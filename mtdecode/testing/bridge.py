@@ -144,6 +144,13 @@ class RemoteDecoder:
         """The same decoder in a new worker process (`check_seeds` compares the two)."""
         return RemoteDecoder(self.python, self.target, cwd=self.cwd)
 
+    @property
+    def decodes_one_at_a_time(self) -> bool:
+        """Whether the decoder over there takes one prompt per call (the bridge itself takes batches, to cross
+        once per batch); `check_sampling` then gives it the sample count of a decoder that does not take batches.
+        Starts the worker if it is not running."""
+        return not self.start().get("takes_batches", True)
+
     def start(self) -> dict:
         """Start the worker now if it is not running (any call starts it anyway), so that a wrong interpreter or
         target shows before a check begins.

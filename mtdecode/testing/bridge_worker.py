@@ -275,6 +275,7 @@ def main(argv: list) -> int:
         "executable": sys.executable,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
+        "takes_batches": bool(getattr(decoder, "takes_batches", False)),
     }
     channel.write(json.dumps(hello) + "\n")
     channel.flush()
