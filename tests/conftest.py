@@ -45,6 +45,9 @@ if PINNED_THREADS:
     torch.set_num_threads(int(PINNED_THREADS))
 elif "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+# the Python processes a test starts (the CLI, another project's pytest, the bridge's worker, a second process
+# for seeds) get the same share: with every core each, they would wait for the other workers' threads
+os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
 
 # Measured costs are kept on disk between processes (`mtdecode.store`). The tests keep theirs in a folder of this

@@ -188,6 +188,8 @@ class RemoteDecoder:
         env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        # as many threads as this process uses: a worker with every core competes with the oracle's own work
+        env.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
         if self._stderr is not None:
             self._stderr.close()
         self._stderr = tempfile.TemporaryFile()
