@@ -19,7 +19,7 @@ import contextlib
 import threading
 from dataclasses import dataclass, field
 
-import torch
+from mtdecode.testing.bridge_worker import cached_length, fed_tokens  # the worker counts as we do
 
 
 @dataclass
@@ -115,30 +115,13 @@ def active() -> Coverage | None:
     return getattr(_ACTIVE, "coverage", None)
 
 
-def _cached_length(kwargs: dict) -> int | None:
-    cache = kwargs.get("cache", kwargs.get("past_key_values"))  # transformers 5.24 renamed it `cache`
-    if cache is None:
-        return None
-    if isinstance(cache, tuple | list):  # the legacy format: ((key, value), ...) per layer
-        return int(cache[0][0].shape[-2]) if len(cache) and cache[0] is not None else 0
-    length = getattr(cache, "get_seq_length", None)
-    return int(length()) if length is not None else None
-
-
-def _fed(args: tuple, kwargs: dict) -> int:
-    ids = kwargs.get("input_ids", args[0] if args else None)
-    if ids is None:
-        ids = kwargs.get("inputs_embeds")
-    return int(ids.shape[1]) if isinstance(ids, torch.Tensor) and ids.dim() >= 2 else 1
-
-
 @contextlib.contextmanager
 def watching(model, coverage: Coverage):
     """Record every forward of `model` (a transformers model) in `coverage` while the block runs."""
 
     def hook(module, args, kwargs):
         if module is model:  # a deep copy of the model (a draft made from it) carries the hook: ignore its calls
-            coverage.record(_fed(args, kwargs), _cached_length(kwargs))
+            coverage.record(fed_tokens(args, kwargs), cached_length(kwargs))
 
     handle = model.register_forward_pre_hook(hook, with_kwargs=True)
     previous = active()
