@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-hosts test-cuda setup bench docs figures lint clean tutorials students
+.PHONY: demo test test-hosts test-cuda setup bench docs figures lint clean tutorials students slides
 
 demo: $(STAMP)
 	$(PY) -m mtdecode.demo
@@ -14,6 +14,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
+	$(PY) docs/check_site.py build/site
 	$(VENV)/bin/ruff check mtdecode tests benchmarks tutorials pytest_mtdecode.py
 
 # the host-sensitive tests under other hosts' CPU kernels and thread counts, in a shuffled order
@@ -50,6 +51,16 @@ tutorials: $(STAMP)
 # the student versions of the notebooks (solutions removed) in build/students/
 students: $(STAMP)
 	$(PY) tutorials/build.py students build/students
+
+# the teacher's reveal.js deck for the 90-minute lesson, from the executed notebooks, in build/slides/
+# (reveal.js comes from the npm registry once; the deck then shows with no network)
+REVEAL := 6.0.2
+slides: $(STAMP)
+	mkdir -p build/slides
+	test -f build/slides/reveal.js/dist/reveal.js || (cd build/slides && npm pack --silent reveal.js@$(REVEAL) \
+		&& tar xzf reveal.js-$(REVEAL).tgz && rm -rf reveal.js && mv package reveal.js && rm reveal.js-$(REVEAL).tgz)
+	test -f docs/tutorials/01_first_decode.ipynb || $(PY) tutorials/build.py run
+	$(PY) tutorials/slides.py build/slides/index.html
 
 docs: tutorials
 	$(VENV)/bin/mkdocs serve

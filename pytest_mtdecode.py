@@ -1,5 +1,6 @@
 """The pytest plugin of `mtdecode.testing`, registered through the `pytest11` entry point: after
-`pip install mtdecode`, any project's tests can ask for these fixtures.
+installing mtdecode (from a clone: `pip install torch==2.13.0`, then `pip install .`; it is not on PyPI),
+any project's tests can ask for these fixtures.
 
 ```python
 def test_my_decoder(decoding_oracle):

@@ -18,10 +18,10 @@ if os.environ.get("MTDECODE_TYPECHECK", "").lower() in ("1", "true", "yes"):
     install_import_hook("mtdecode", "beartype.beartype")
 
 from mtdecode.cache import KVCache  # noqa: E402
-from mtdecode.generate import GenerationResult, Stats, generate  # noqa: E402
+from mtdecode.generate import GenerationResult, GreedyFallbackWarning, Stats, generate  # noqa: E402
 from mtdecode.model import CausalLM, Runner, UnsupportedModelError  # noqa: E402
 from mtdecode.sampling import Sampler  # noqa: E402
-from mtdecode.session import InvariantError, Session, Step  # noqa: E402
+from mtdecode.session import Choice, InvariantError, Session, Step  # noqa: E402
 from mtdecode.strategy import DecodingStrategy  # noqa: E402
 from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL, load_model, load_tokenizer  # noqa: E402
 
@@ -31,8 +31,10 @@ __all__ = [
     "DEFAULT_MODEL",
     "DRAFT_MODEL",
     "CausalLM",
+    "Choice",
     "DecodingStrategy",
     "GenerationResult",
+    "GreedyFallbackWarning",
     "InvariantError",
     "KVCache",
     "Runner",

@@ -17,6 +17,7 @@ import sys
 import time
 import types
 import typing
+import warnings
 from pathlib import Path
 
 import mtdecode
@@ -175,28 +176,34 @@ def generate(args: argparse.Namespace) -> int:
     prompt = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True)["input_ids"])
 
     trace = Trace(tokenizer, stream=sys.stdout, color=wants_color(args.color))
-    try:
-        # warm-up, untimed: one-off allocations, and lookahead's one measurement of its forward costs
-        mtdecode.generate(model, prompt[:8], strategy, max_new_tokens=2)
-        result = mtdecode.generate(
-            model,
-            prompt,
-            strategy,
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            eos_token_id=tokenizer.eos_token_id,
-            seed=args.seed,
-            on_step=trace.add,
-        )
-    except (ValueError, mtdecode.UnsupportedModelError) as error:  # generate's checks: budget, context, sampler
-        raise UsageError(_first_line(error)) from error
+    # the run's choices are printed below the answer, a greedy fallback among them, rather than as a Python warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mtdecode.GreedyFallbackWarning)
+        try:
+            # warm-up, untimed: one-off allocations, and lookahead's one measurement of its forward costs
+            mtdecode.generate(model, prompt[:8], strategy, max_new_tokens=2)
+            result = mtdecode.generate(
+                model,
+                prompt,
+                strategy,
+                max_new_tokens=args.max_new_tokens,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                top_p=args.top_p,
+                eos_token_id=tokenizer.eos_token_id,
+                seed=args.seed,
+                on_step=trace.add,
+            )
+        except (ValueError, mtdecode.UnsupportedModelError) as error:  # generate's checks: budget, context, sampler
+            raise UsageError(_first_line(error)) from error
     trace.finish()
     summary = summary_line(result.stats)
     print(f"\n\n[{args.strategy}] {summary}")
+    for choice in result.stats.choices:  # what a tuned strategy chose on this host, and why
+        print(f"[{args.strategy}] {'warning: ' if choice.greedy else ''}{choice}")
     if args.html:
         title = f"mtdecode generate --strategy {args.strategy}"
+        summary = "; ".join([summary, *map(str, result.stats.choices)])
         Path(args.html).write_text(trace.html(title=title, prompt=args.prompt, summary=summary))
         print(f"coloured trace written to {args.html}")
     return 0
@@ -240,13 +247,16 @@ def bench(args: argparse.Namespace) -> int:
     draft = load(draft_wanted, args.device, args.quantize, args.dtype) if draft_wanted else None
     _quiet_transformers()
     judge, bound = suite.tie_judge(model, tokenizer, tasks)
-    try:
-        rows = suite.run(
-            model, tokenizer, draft, names=names, tasks=tasks, options=options, progress=not args.no_progress,
-            judge=judge, **size,
-        )  # fmt: skip
-    except (TypeError, ValueError) as error:  # a strategy refused a --set value, or the draft does not fit
-        raise UsageError(_first_line(error)) from error
+    # a greedy fallback is printed with the tuning's other choices below the table, not as a warning mid-run
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mtdecode.GreedyFallbackWarning)
+        try:
+            rows = suite.run(
+                model, tokenizer, draft, names=names, tasks=tasks, options=options, progress=not args.no_progress,
+                judge=judge, **size,
+            )  # fmt: skip
+        except (TypeError, ValueError) as error:  # a strategy refused a --set value, or the draft does not fit
+            raise UsageError(_first_line(error)) from error
     seconds = time.perf_counter() - start
 
     print(

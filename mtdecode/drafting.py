@@ -27,7 +27,9 @@ hosts a forward over 2 tokens costs more than one over 4).
 
 A row whose acceptance says that not even a first guess pays drafts nothing, at greedy cost;
 so that a bad start does not stop it for good, it tries one guess after `PATIENCE` steps
-without drafting, and waits twice as long after each try that is rejected.
+without drafting, and waits twice as long after each try that is rejected. The rule counts
+those row steps (`DraftLength.declined`), and `drafting_choice` words what it chose over a run
+for `Stats.choices`: a run in which no row step drafted because no guess paid decoded greedily.
 
 This is transformers' `assistant_confidence_threshold` (stop when the draft's confidence in
 its last guess falls below 0.4) with the threshold derived from measured costs and acceptance
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mtdecode.session import Choice, Step
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: confidence bins of the per-row calibration (equal widths over [0, 1])
@@ -107,12 +110,18 @@ class DraftLength:
         # the row's rate so far, tokens per unit of cost (one greedy step as the prior): what a planned step must beat
         self.gained = torch.ones(batch, dtype=torch.float64, device=device)
         self.spent = torch.ones(batch, dtype=torch.float64, device=device)
+        # row steps that could have drafted but drafted nothing because no guess paid (for `Stats.choices`)
+        self.declined = torch.zeros((), dtype=torch.long, device=device)
         self.start()
 
-    def start(self, upcoming: Float[Tensor, " batch"] | None = None) -> Bool[Tensor, " batch"]:
+    def start(
+        self, upcoming: Float[Tensor, " batch"] | None = None, possible: Bool[Tensor, " batch"] | None = None
+    ) -> Bool[Tensor, " batch"]:
         """A new step, no guess drafted yet: which rows should draft a first guess (the rule with i = 0,
         pi_0 = 1, E(0) = 1, T(0) = 1: a draft whose acceptance cannot pay for a guess is not used).
-        `upcoming`: the first guess's chance of acceptance where it is known before drafting (default: a)."""
+        `upcoming`: the first guess's chance of acceptance where it is known before drafting (default: a).
+        `possible`: the rows that may draft this step (unfinished, with room in their budget); those the rule
+        stops are counted in `declined` (None: nothing is counted)."""
         batch, device = self.hits.shape[0], self.hits.device
         self.survive = torch.ones(batch, dtype=torch.float64, device=device)  # pi_i
         self.expected = torch.ones(batch, dtype=torch.float64, device=device)  # E(i)
@@ -120,6 +129,8 @@ class DraftLength:
         self.upcoming = upcoming
         pays = self.pays()
         self.probing = ~pays & (self.rested >= self.patience)  # a rested row tries one guess
+        if possible is not None:
+            self.declined += (possible & ~pays & ~self.probing).sum()
         return pays | self.probing
 
     def more(
@@ -168,7 +179,8 @@ class DraftLength:
     ) -> Int[Tensor, " batch"]:
         """`plan` given E(0), E(1), ... per row directly (for guesses that are not a chain, such as lookahead's
         candidates, whose expected tokens the caller models): the k <= `available[b]` that maximises
-        E(k) - r T(k). No confidences are recorded for calibration."""
+        E(k) - r T(k). No confidences are recorded for calibration. A row with guesses available that plans none
+        is counted in `declined`."""
         width = expected.shape[1] - 1
         device = expected.device
         cost = self.step_costs(range(width + 1)).to(device)  # T(0..width)
@@ -176,6 +188,7 @@ class DraftLength:
         rate = self.rate()[:, None]  # (batch, 1)
         k = (expected.double() - rate * cost).masked_fill(beyond, -torch.inf).argmax(1)  # the first of equals
         self.probing = (k == 0) & (available.to(device) > 0) & (self.rested >= self.patience)
+        self.declined += ((k == 0) & (available.to(device) > 0) & ~self.probing).sum().to(self.declined)
         self.confidences = []
         return torch.where(self.probing, 1, k)
 
@@ -233,6 +246,33 @@ class DraftLength:
         bins = bin_of(confidence)
         self.tries.scatter_add_(1, bins, tried.double())
         self.hits.scatter_add_(1, bins, (hit & tried).double())
+
+
+def drafting_choice(
+    strategy: str, rule: DraftLength, steps: Sequence[Step], *, guesses: str, pays: str, fix: str, fallback: bool = True
+) -> Choice:
+    """What `rule` chose over a run, for `Stats.choices`: how many `guesses` (e.g. "guesses", "copied tokens") the
+    row `steps` that drafted verified on average, and how many row steps drafted nothing because no guess paid.
+
+    **Arguments:**
+
+    - `strategy`: the strategy's name; `rule`: its `DraftLength`; `steps`: every row step of the run.
+    - `pays`: the rule's break-even, worded to follow "because" (e.g. "the row's acceptance stayed below 62%").
+    - `fix`: how to fix the number of guesses instead of leaving it to the rule.
+    - `fallback`: whether a run with no drafting step decoded greedily (False for a strategy that does other work
+      besides its guesses, such as lookahead's window).
+
+    **Returns:** a `Choice`; when no row step drafted and the rule stopped at least one, the run decoded greedily
+    because of the rule, and the choice says so (`Choice.greedy`, with `fix` as the way out).
+    """
+    drafting = [step.drafted for step in steps if step.drafted > 0]
+    declined = int(rule.declined)
+    if fallback and not drafting and declined:
+        reason = f"{declined} of its {len(steps)} row steps drafted nothing because {pays}; {fix}"
+        return Choice(strategy, "decodes greedily", reason, greedy=True)
+    mean = sum(drafting) / len(drafting) if drafting else 0.0
+    setting = f"{mean:.1f} {guesses} verified per drafting step ({len(drafting)} of {len(steps)} row steps drafted)"
+    return Choice(strategy, setting, f"{declined} row steps drafted nothing because {pays}")
 
 
 def check_counts(strategy: object, names: Sequence[str], *, optional: Sequence[str] = ()) -> None:

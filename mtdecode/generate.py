@@ -1,7 +1,9 @@
 """`mtdecode.generate`: check the inputs, run a strategy over a batch of prompts, collect tokens,
 lengths, steps and stats."""
 
+import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -11,9 +13,16 @@ from transformers import PreTrainedModel
 from mtdecode import sampling
 from mtdecode.model import CausalLM
 from mtdecode.sampling import RowRandom, Sampler
-from mtdecode.session import Session, Step
+from mtdecode.session import Choice, Session, Step
 from mtdecode.strategy import DecodingStrategy
 from mtdecode.tensor_types import Int, Tensor
+
+
+class GreedyFallbackWarning(UserWarning):
+    """A tuned strategy decoded a whole `generate` call greedily, one token per target forward, because its
+    tuning predicted (or its running counts found) that guessing would not pay on this host. The message is
+    one line: which strategy, why, and how to force a setting; `result.stats.choices` holds the same sentence.
+    Silence it with `warnings.filterwarnings("ignore", category=mtdecode.GreedyFallbackWarning)`."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,10 @@ class Stats:
     - `accepted_per_position[i]`: row steps that accepted their guess at position i.
     - `accepted_lengths`: guesses accepted by each row step, in order (the accepted block lengths).
     - `log_ratios`: for strategies that accept by likelihood (MTAD), each row step's log P/Q of the accepted prefix.
+    - `choices`: what a tuned strategy chose on this host and why, one `Choice` per decision (`str(choice)` is a
+      one-line sentence), e.g. `Lookahead: W=1, N=2, G=5: predicted 1.31x greedy ...`, or `Lookahead: decodes
+      greedily: ...` with `choice.greedy` set; for a drafting rule, how many guesses its row steps verified and
+      how many drafted nothing because no guess paid. Empty for a strategy with nothing tuned.
     """
 
     new_tokens: int
@@ -41,9 +54,18 @@ class Stats:
     accepted_per_position: tuple[int, ...] = ()
     accepted_lengths: tuple[int, ...] = ()
     log_ratios: tuple[float, ...] = ()
+    choices: tuple[Choice, ...] = ()
 
     @classmethod
-    def from_steps(cls, steps: list[Step], *, target_forwards: int, draft_forwards: int, seconds: float) -> "Stats":
+    def from_steps(
+        cls,
+        steps: list[Step],
+        *,
+        target_forwards: int,
+        draft_forwards: int,
+        seconds: float,
+        choices: Sequence[Choice] = (),
+    ) -> "Stats":
         longest = max((step.drafted for step in steps), default=0)
         return cls(
             new_tokens=sum(len(step.tokens) for step in steps),
@@ -55,6 +77,7 @@ class Stats:
             accepted_per_position=tuple(sum(step.accepted > i for step in steps) for i in range(longest)),
             accepted_lengths=tuple(step.accepted for step in steps),
             log_ratios=tuple(step.log_ratio for step in steps if step.log_ratio is not None),
+            choices=tuple(choices),
         )
 
     @property
@@ -80,7 +103,7 @@ class GenerationResult:
     - `tokens`: the new tokens of each row, `(batch, new)`, right-padded with `pad_token_id`.
     - `lengths`: how many new tokens each row has, `(batch,)`.
     - `steps`: one `Step` per row per target forward pass: which tokens it committed (`step.row` says where).
-    - `stats`: forward counts, tokens per forward and time, over all rows.
+    - `stats`: forward counts, tokens per forward and time, over all rows, and what a tuned strategy chose.
     """
 
     tokens: Int[Tensor, "batch new"]
@@ -139,7 +162,13 @@ def generate(
 
     **Returns:**
 
-    A `GenerationResult` with `tokens`, `lengths`, `steps` and `stats`.
+    A `GenerationResult` with `tokens`, `lengths`, `steps` and `stats` (`stats.choices`: what a tuned
+    strategy chose on this host, and why).
+
+    **Warns:**
+
+    `GreedyFallbackWarning`, once per call, when a tuned strategy decoded the whole call greedily because
+    guessing was not predicted (or not found) to pay here; the one-line message says how to force a setting.
 
     **Raises:**
 
@@ -195,13 +224,30 @@ def generate(
         target_forwards=session.target.forwards,
         draft_forwards=sum(r.forwards for r in session.runners[1:]),
         seconds=seconds,
+        choices=session.chosen(),
     )
+    warn_of_fallback(stats.choices)
     lengths = [session.generated(b) for b in range(session.batch)]
     tokens = torch.full((session.batch, max(lengths, default=0)), pad_token_id or 0, dtype=torch.long, device="cpu")
     for b, n in enumerate(lengths):
         tokens[b, :n] = torch.tensor(session.new_tokens(b), dtype=torch.long, device="cpu")
     device = target.device
     return GenerationResult(tokens.to(device), torch.tensor(lengths, device=device), session.steps, stats)
+
+
+def warn_of_fallback(choices: Sequence[Choice]) -> None:
+    """One `GreedyFallbackWarning` per choice that made the whole run greedy, pointing at the code that called
+    `generate` (the first frame outside mtdecode and the type checkers' wrappers)."""
+    frame, level = sys._getframe(), 1  # this frame is `warnings.warn`'s stack level 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").partition(".")[0] in _INSIDE:
+        frame, level = frame.f_back, level + 1
+    for choice in choices:
+        if choice.greedy:
+            warnings.warn(str(choice), GreedyFallbackWarning, stacklevel=level)
+
+
+#: packages whose frames the warning passes over, to point at the code that called into mtdecode
+_INSIDE = ("mtdecode", "jaxtyping", "beartype")
 
 
 def _check_prompts(prompts, target: CausalLM) -> list[list[int]]:

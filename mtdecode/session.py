@@ -11,7 +11,7 @@ unfinished row's committed tokens except the newest one, and nothing pending.** 
 committed token has not been fed to any model yet; it is the input of the next forward pass.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +43,28 @@ class Step:
     row: int = 0
 
 
+@dataclass(frozen=True)
+class Choice:
+    """What a tuned strategy chose in one `generate` call, and why: one entry of `Stats.choices`.
+
+    - `strategy`: the strategy's name, e.g. `"Lookahead"`.
+    - `setting`: what it chose, e.g. `"W=4, N=3, G=4"` or `"decodes greedily"`.
+    - `reason`: why, in one line: the prediction, the measured costs or the running counts behind it.
+    - `greedy`: the whole run decoded greedily (one token per target forward, as `Autoregressive`) because
+      of this choice; `generate` then warns once with `GreedyFallbackWarning`.
+
+    `str(choice)` is the one-line sentence `"strategy: setting: reason"`.
+    """
+
+    strategy: str
+    setting: str
+    reason: str
+    greedy: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.strategy}: {self.setting}: {self.reason}"
+
+
 class InvariantError(RuntimeError):
     """A strategy left a cache out of step with the committed tokens (a bug in the strategy)."""
 
@@ -58,6 +80,7 @@ class Session:
     - `tokens`: for each row, its prompt followed by its committed new tokens.
     - `finished`: for each row, whether its budget is spent or it committed an EOS token.
     - `done`: every row has finished.
+    - `choices`: what a tuned strategy chose and why, for `Stats.choices` (`record_choice`).
     """
 
     def __init__(
@@ -77,6 +100,7 @@ class Session:
         self.max_new_tokens = max_new_tokens
         self.eos_token_ids = eos_token_ids
         self.steps: list[Step] = []
+        self.choices: list[Choice | Callable[[], Choice]] = []
         self.finished = [max_new_tokens == 0] * len(self.tokens)
         self.finished_after = [0] * len(self.tokens)  # target forwards when the row finished
         self.row_steps = [0] * len(self.tokens)  # steps recorded per row
@@ -131,6 +155,16 @@ class Session:
         """Each row's committed tokens `runner`'s model has not read yet: the whole prompt at first, then x0."""
         held = runner.cache.lengths.tolist()
         return [row[n:] for row, n in zip(self.tokens, held, strict=True)]
+
+    def record_choice(self, choice: Choice | Callable[[], Choice]) -> None:
+        """Record what a tuned strategy chose and why, for `Stats.choices`: a `Choice` made before decoding, or,
+        for a choice made step by step from running counts, a function that words it; `generate` calls that
+        function once, after the last step (a strategy's generator may be closed before its own code runs on)."""
+        self.choices.append(choice)
+
+    def chosen(self) -> tuple[Choice, ...]:
+        """The recorded choices, worded now (`record_choice`)."""
+        return tuple(c if isinstance(c, Choice) else c() for c in self.choices)
 
     # ---------------------------------------------------------------- the models
 

@@ -13,6 +13,13 @@ what else a repeat needs, and what makes runs differ across hosts).
   `python -m mtdecode.tuning --measure-again`) to measure again.
 - `kept(kind, key, measure)`: the JSON value stored under `key`, made by `measure()` the first time. One
   process measures while others wait for it (a file lock), so parallel test workers agree too.
+
+**Reference costs.** A course on a shared class server should not draw its conclusions from timings taken
+under the class's load. mtdecode ships the costs of the course's models measured once on an idle reference
+host (`REFERENCE`, described in `docs/measurements.md`). `mtdecode.tuning.use_reference_costs()` (or
+`MTDECODE_COSTS=reference`) makes every later measurement read them instead: the same choices and numbers on
+every machine, and nothing timed. A cost that was not recorded raises `LookupError`;
+`MTDECODE_COSTS=record-reference` records the missing ones on the host at hand.
 """
 
 import hashlib
@@ -27,6 +34,17 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
+#: the reference costs that ship with mtdecode (see the module's docstring)
+REFERENCE = Path(__file__).resolve().parent / "zoo" / "costs"
+
+
+def reference_mode() -> str | None:
+    """`"reference"` or `"record-reference"` when the shipped reference costs are in use (`MTDECODE_COSTS`)."""
+    mode = os.environ.get("MTDECODE_COSTS")
+    if mode not in (None, "", "reference", "record-reference"):
+        raise ValueError(f"MTDECODE_COSTS must be 'reference' or 'record-reference', not {mode!r}")
+    return mode or None
+
 
 def cache_dir() -> Path:
     """Where mtdecode keeps what it builds: `$XDG_CACHE_HOME/mtdecode` (default `~/.cache/mtdecode`)."""
@@ -35,7 +53,10 @@ def cache_dir() -> Path:
 
 
 def costs_dir() -> Path:
-    """Where measured costs are kept: `$MTDECODE_COSTS_DIR`, else `cache_dir() / "costs"`."""
+    """Where measured costs are kept: `$MTDECODE_COSTS_DIR`, else `cache_dir() / "costs"` (`REFERENCE` when the
+    reference costs are in use)."""
+    if reference_mode():
+        return REFERENCE
     return Path(os.environ.get("MTDECODE_COSTS_DIR") or cache_dir() / "costs")
 
 
@@ -50,6 +71,14 @@ def kept(kind: str, key: dict, measure: Callable[[], dict]) -> dict:
     folder = costs_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{kind}-{digest}.json"
+    if reference_mode() == "reference":  # read only: the shipped files are not written, and nothing is timed
+        stored = json.loads(path.read_text()) if path.exists() else {}
+        if stored.get("key") != key:
+            raise LookupError(
+                f"no reference {kind} cost for {json.dumps(key, sort_keys=True)} in {folder}; record it on an idle "
+                "host with MTDECODE_COSTS=record-reference, or unset MTDECODE_COSTS to measure on this one"
+            )
+        return stored["value"]
     with FileLock(str(path) + ".lock"):
         if path.exists():
             stored = json.loads(path.read_text())
@@ -57,7 +86,10 @@ def kept(kind: str, key: dict, measure: Callable[[], dict]) -> dict:
                 return stored["value"]
         value = json.loads(json.dumps(measure()))  # the same round trip a later reader makes
         with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
-            json.dump({"key": key, "value": value}, f, indent=1, sort_keys=True)
+            kept_file = {"key": key, "value": value}
+            if reference_mode():  # a reference cost says where it was measured
+                kept_file["measured_on"] = {**this_host(), "cpu": cpu_name()}
+            json.dump(kept_file, f, indent=1, sort_keys=True)
         Path(f.name).replace(path)  # atomic: a half-written file is never read
     return value
 
@@ -90,12 +122,22 @@ def module_key(module: torch.nn.Module) -> dict:
         "layers": sorted({type(m).__qualname__ for m in module.modules()}),
         "attention": getattr(config, "_attn_implementation", None),
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+        "device_name": "reference" if reference_mode() else _device_name(device),
     }
 
 
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
 def host_key() -> dict:
-    """What else a measured cost depends on: torch, its CPU kernels and threads, the machine."""
+    """What else a measured cost depends on: torch, its CPU kernels and threads, the machine (`"reference"` for
+    the shipped reference costs, whatever the host)."""
+    return {"host": "reference"} if reference_mode() else this_host()
+
+
+def this_host() -> dict:
+    """This host as `host_key` describes it: torch, its CPU kernels and threads, the machine."""
     return {
         "torch": torch.__version__,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),

@@ -24,9 +24,11 @@ point that `benchmarks/speedup.py` checks.
 
 The model leaves out each step's bookkeeping, and the costs are measured on a shared machine,
 so a predicted gain counts only if it exceeds the measurement's own scatter (`margin`): below
-that, `Lookahead()` decodes greedily.
+that, `Lookahead()` decodes greedily. `lookahead_plan` words the choice, which `Lookahead` records
+in `result.stats.choices` and `generate` turns into a `GreedyFallbackWarning` when it is greedy.
 """
 
+import os
 import statistics
 import time
 import weakref
@@ -36,6 +38,7 @@ import torch
 from mtdecode import store
 from mtdecode.drafting import DraftCosts
 from mtdecode.model import CausalLM, Runner
+from mtdecode.session import Choice
 
 #: numbers of new tokens whose forward cost is measured
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -53,6 +56,15 @@ MAX_WINDOW, MAX_NGRAM, MAX_GUESSES = 16, 8, 16
 _COSTS: "weakref.WeakKeyDictionary[CausalLM, dict[str, tuple[dict[int, float], dict[int, float]]]]" = (
     weakref.WeakKeyDictionary()
 )
+
+
+def use_reference_costs() -> None:
+    """From now on, in this process and the ones it starts, take every cost from the reference costs that ship with
+    mtdecode (`mtdecode.store.REFERENCE`) instead of timing this host: what the course's notebooks do, so that
+    their conclusions do not depend on the load of a shared class server."""
+    if os.environ.get("MTDECODE_COSTS") != "record-reference":  # recording them (`mtdecode.store`) goes on
+        os.environ["MTDECODE_COSTS"] = "reference"
+    _COSTS.clear()  # costs already read in this process came from the host
 
 
 def forward_costs(model: CausalLM, *, context: int = CONTEXT, repeats: int = 5) -> dict[int, float]:
@@ -211,16 +223,43 @@ def lookahead_settings(
     """(W, N, G): the values given, and for any left as None the best choice for this model and device.
 
     None when all three were left to the tuning and no setting is predicted to beat greedy here:
-    the caller should decode greedily (`explain` says why).
+    the caller should decode greedily (`lookahead_plan` says why).
+    """
+    return lookahead_plan(model, window, ngram, guesses, prompt_pool=prompt_pool)[0]
+
+
+def lookahead_plan(
+    model: CausalLM, window: int | None, ngram: int | None, guesses: int | None, *, prompt_pool: bool = False
+) -> tuple[tuple[int, int, int] | None, Choice | None]:
+    """`lookahead_settings` and the `Choice` that says what was chosen and why, for `Stats.choices`.
+
+    **Returns:** the settings (None: decode greedily) and the choice: `"Lookahead: W=1, N=2, G=5 (at most):
+    predicted 1.31x greedy ..."`, or, when no setting is predicted to beat greedy by more than the
+    measurement's scatter, `"Lookahead: decodes greedily: its best setting ... Lookahead(1, 2, 5) forces it"`
+    (`Choice.greedy`). The choice is None when all three values were given: nothing was tuned.
     """
     if window is not None and ngram is not None and guesses is not None:
-        return window, ngram, guesses
+        return (window, ngram, guesses), None
     costs = forward_costs(model)
     w, n, g = choose(costs, window, ngram, guesses, prompt_pool=prompt_pool)
-    if window is None and ngram is None and guesses is None:
-        if predicted_speedup(costs, w, n, g, prompt_pool=prompt_pool) <= 1 + margin(model, (w + g) * (n - 1)):
-            return None
-    return w, n, g
+    speed = predicted_speedup(costs, w, n, g, prompt_pool=prompt_pool)
+    size = (w + g) * (n - 1)
+    noise = margin(model, size)
+    values = {"W": (w, window), "N": (n, ngram), "G": (g, guesses)}  # chosen, given
+    setting = ", ".join(f"{k}={v}" + (" (given)" if given is not None else "") for k, (v, given) in values.items())
+    if window is None and ngram is None and guesses is None and speed <= 1 + noise:
+        forced = f"Lookahead({w}, {n}, {g}{'' if prompt_pool else ', prompt_pool=False'})"
+        reason = (
+            f"its best setting W={w}, N={n}, G={g} is predicted at only {speed:.2f}x greedy, within the "
+            f"measurement's scatter of {noise:.0%} of 1, because a forward over {size} tokens costs "
+            f"{relative_cost(costs, size):.2f}x one token on this host; {forced} forces it"
+        )
+        return None, Choice("Lookahead", "decodes greedily", reason, greedy=True)
+    reason = f"predicted {speed:.2f}x greedy on this host's forward costs, beyond their {noise:.0%} scatter"
+    if guesses is None:
+        setting += " (at most)"
+        reason += "; each step verifies only the candidates that pay"
+    return (w, n, g), Choice("Lookahead", setting, reason)
 
 
 def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
@@ -229,21 +268,8 @@ def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
     curve = ", ".join(f"{n}: {relative_cost(costs, n):.2f}x" for n in (2, 4, 8, 16))
     lines = [f"forward over n tokens against 1 token on this host: {curve}"]
     for pool in (False, True):
-        w, n, g = choose(costs, prompt_pool=pool)
-        speed = predicted_speedup(costs, w, n, g, prompt_pool=pool)
-        name, size = f"Lookahead(prompt_pool={pool})", (w + g) * (n - 1)
-        noise = margin(model, size)
-        if speed > 1 + noise:
-            lines.append(
-                f"{name}: W={w}, N={n}, G={g} (at most: each step verifies the candidates that pay), "
-                f"predicted {speed:.2f}x greedy (scatter {noise:.0%})"
-            )
-        else:
-            lines.append(
-                f"{name}: decodes greedily; its best setting W={w}, N={n}, G={g} is predicted at only {speed:.2f}x "
-                f"greedy, within the measurement's scatter of {noise:.0%} of 1, because a forward over {size} tokens "
-                f"costs {relative_cost(costs, size):.2f}x one token"
-            )
+        choice = lookahead_plan(model, None, None, None, prompt_pool=pool)[1]
+        lines.append(f"Lookahead(prompt_pool={pool}): {choice.setting}: {choice.reason}")
     copy = copy_costs(model, longest=11)
     cheapest = min(range(2, 12), key=copy.t)
     lines.append(
@@ -261,6 +287,24 @@ def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
     return lines
 
 
+def record_reference() -> None:
+    """Measure the reference costs (`mtdecode.store.REFERENCE`) that the course's notebooks read: the default model's
+    forward costs, its draft's, and one more depth of its EAGLE head's tree at the default width. Run it on an
+    idle host; it replaces what was there."""
+    from mtdecode.strategies import eagle
+    from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL, load_model
+
+    for path in store.REFERENCE.glob("*.json"):
+        path.unlink()
+    os.environ["MTDECODE_COSTS"] = "record-reference"
+    _COSTS.clear()
+    target, draft = load_model(DEFAULT_MODEL), load_model(DRAFT_MODEL)
+    forward_costs(target), forward_costs(draft)
+    eagle.measure_depth_cost(target, eagle.shipped_head(target), eagle.Eagle.width)
+    for path in sorted(store.REFERENCE.glob("*.json")):
+        print(path.name)
+
+
 def main(argv: list[str] | None = None) -> None:
     """`python -m mtdecode.tuning [MODEL] [--measure-again]`: the measured forward costs and the settings
     `Lookahead()` picks; `--measure-again` forgets the kept measurements first."""
@@ -271,7 +315,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default=DEFAULT_MODEL)
     parser.add_argument("--measure-again", action="store_true", help="forget every kept measurement first")
+    parser.add_argument(
+        "--record-reference", action="store_true",
+        help="measure the course's reference costs on this (idle!) host into mtdecode/zoo/costs/, replacing them",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.record_reference:
+        record_reference()
+        return
     if args.measure_again:
         print(f"forgot {store.forget()} kept measurements in {store.costs_dir()}")
     model = load_model(args.model)

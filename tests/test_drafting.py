@@ -3,6 +3,7 @@ the rule on (float64), and a draft that cannot pay for itself is not used. The s
 with the rule on is in test_speculative_sampling.py."""
 
 import functools
+import warnings
 
 import pytest
 import torch
@@ -116,8 +117,16 @@ def test_a_row_that_plans_no_guess_tries_one_after_resting():
 def test_greedy_equals_autoregressive_with_the_rule_on(prompt, max_new_tokens, draft_cost, slope, most):
     target, draft = pair()
     strategy = Speculative(draft, max_draft_tokens=most, costs=linear(draft_cost, slope))
-    result = assert_greedy_parity(target, prompt, strategy, max_new_tokens=max_new_tokens)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = assert_greedy_parity(target, prompt, strategy, max_new_tokens=max_new_tokens)
     assert all(step.drafted <= most for step in result.steps)
+    # a run in which the rule held back every step with room for a guess (all but the last, when none drafted)
+    # decoded greedily: its choice says so, and it warns once
+    fell_back = [str(choice) for choice in result.stats.choices if choice.greedy]
+    assert len(result.stats.choices) == (max_new_tokens > 0)  # a run with no budget never starts the strategy
+    assert len(fell_back) == (not any(step.drafted for step in result.steps) and len(result.steps) >= 2)
+    assert [str(w.message) for w in caught if w.category is mtdecode.GreedyFallbackWarning] == fell_back
 
 
 def test_the_rule_drafts_long_when_cheap_and_sure_and_not_at_all_when_it_cannot_pay():

@@ -3,6 +3,7 @@ lookahead input equals each branch run on its own, the pool, the tuned settings,
 errors for bad settings. The statistical tests are in test_lookahead_sampling.py."""
 
 import functools
+import warnings
 
 import pytest
 import torch
@@ -201,8 +202,10 @@ def test_tuned_lookahead_decodes_greedily_where_no_setting_can_win(monkeypatch):
     monkeypatch.setattr(tuning, "scatter", lambda _model: {n: 0.0 for n in tuning.SIZES})
     assert tuning.lookahead_settings(m, None, None, None) is None
     assert tuning.lookahead_settings(m, 2, None, None) is not None  # a value given: the user asked for lookahead
-    result = assert_greedy_parity(m, [1, 2, 3], Lookahead(), max_new_tokens=12)
+    with pytest.warns(mtdecode.GreedyFallbackWarning, match=r"^Lookahead: decodes greedily: its best setting"):
+        result = assert_greedy_parity(m, [1, 2, 3], Lookahead(), max_new_tokens=12)
     assert result.stats.target_forwards == 12 and all(step.drafted == 0 for step in result.steps)
+    assert [choice.greedy for choice in result.stats.choices] == [True]  # tests/test_fallback.py checks the rest
     assert "decodes greedily" in tuning.explain(m)[1]
     flat = {n: 1.0 for n in tuning.SIZES}
     monkeypatch.setattr(tuning, "forward_costs", lambda _model: flat)
@@ -228,8 +231,12 @@ def test_a_predicted_gain_within_the_measurements_scatter_is_not_taken(monkeypat
 
 def test_tuned_lookahead_measures_once_and_decodes_exactly():
     m = mtdecode.model.CausalLM.wrap(model())
-    result = assert_greedy_parity(m, [1, 2, 3], Lookahead(), max_new_tokens=10)
+    with warnings.catch_warnings(record=True) as caught:  # whether it looks ahead depends on this host's costs
+        warnings.simplefilter("always")
+        result = assert_greedy_parity(m, [1, 2, 3], Lookahead(), max_new_tokens=10)
     assert result.tokens.shape == (1, 10)
+    fell_back = [str(choice) for choice in result.stats.choices if choice.greedy]  # and then it says so, once
+    assert [str(w.message) for w in caught if w.category is mtdecode.GreedyFallbackWarning] == fell_back
     costs = tuning.forward_costs(m)
     assert tuning.forward_costs(m) is costs and set(costs) == set(tuning.SIZES)
 

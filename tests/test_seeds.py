@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 #: every strategy with its default settings, on tiny float32 models (a noisy copy of the target drafts, and Eagle
 #: gets an untrained head), sampling a batch of two prompts at temperature 0.8; prints {strategy: rows} as JSON
 RUN = """
@@ -64,3 +66,34 @@ def test_a_seed_repeats_across_processes_with_default_settings(tmp_path: Path):
     other = run(8, env)
     differing = [name for name in first if first[name] != other[name]]
     assert differing == list(first), f"seeds 7 and 8 gave the same tokens with {set(first) - set(differing)}"
+
+
+# ------------------------------------------------------------------ the reference costs the course uses
+
+
+def test_reference_costs_are_read_never_timed_and_a_missing_one_is_an_error(monkeypatch, tmp_path):
+    """`MTDECODE_COSTS=record-reference` measures a missing cost once, with the host it was measured on; after
+    `tuning.use_reference_costs()` the same cost is read back on any host and nothing is timed; a cost nobody
+    recorded raises instead of being measured under whatever load the machine has."""
+    from mtdecode import store, tuning
+
+    monkeypatch.setattr(store, "REFERENCE", tmp_path)
+    monkeypatch.setenv("MTDECODE_COSTS", "record-reference")
+    calls = []
+    recorded = store.kept("probe", {"model": "m"}, lambda: calls.append(1) or {"seconds": 0.25})
+    (path,) = tmp_path.glob("probe-*.json")
+    assert recorded == {"seconds": 0.25} and calls == [1]
+    assert "measured_on" in path.read_text() and "cpu" in path.read_text()
+
+    tuning.use_reference_costs()  # keeps recording while MTDECODE_COSTS says so
+    assert store.reference_mode() == "record-reference"
+    monkeypatch.setenv("MTDECODE_COSTS", "")
+    tuning.use_reference_costs()
+    assert store.reference_mode() == "reference" and store.host_key() == {"host": "reference"}
+    assert store.kept("probe", {"model": "m"}, lambda: calls.append(2) or {"seconds": 9.0}) == {"seconds": 0.25}
+    assert calls == [1], "a reference cost was measured again"
+    with pytest.raises(LookupError, match="no reference probe cost"):
+        store.kept("probe", {"model": "another"}, lambda: {"seconds": 1.0})
+    monkeypatch.setenv("MTDECODE_COSTS", "sometimes")
+    with pytest.raises(ValueError, match="MTDECODE_COSTS must be"):
+        store.reference_mode()

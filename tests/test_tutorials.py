@@ -24,16 +24,19 @@ def test_the_course_has_the_seven_notebooks_in_order():
 
 @pytest.mark.parametrize("name", build.NOTEBOOKS)
 def test_the_notebook_runs_and_has_what_a_classroom_needs(name):
-    notebook, _ = build.execute(name, threads=torch.get_num_threads())  # raises if any cell raises
+    # raises if any cell raises, or if a check cell lets its `wrong` answer pass
+    notebook, _ = build.execute(name, threads=torch.get_num_threads(), probe=True)
     build.EXECUTED.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, build.EXECUTED / f"{name}.ipynb")  # for the docs build that follows in `make test`
 
     cells = notebook.cells
     opening, markdown = cells[0].source, [c.source for c in cells if c.cell_type == "markdown"]
     assert "**Learning goals.**" in opening and "**Time:**" in opening and "**Prerequisites:**" in opening
-    assert any("## Exercises" in text for text in markdown[-2:])
+    sections = [line for text in markdown for line in text.splitlines() if line.startswith("## ")]
+    assert sections[-1] == "## Exercises", "the exercises come last"
     solutions = [c for c in cells if "solution" in c.metadata.get("tags", [])]
     assert solutions and all(c.metadata["jupyter"]["source_hidden"] for c in solutions)
+    assert_graded_exercises(name, cells)
     student = build.student_version(notebook)
     assert not any("solution" in c.metadata.get("tags", []) for c in student.cells)
     assert len(student.cells) == len(cells)
@@ -42,6 +45,45 @@ def test_the_notebook_runs_and_has_what_a_classroom_needs(name):
         if cell.cell_type == "code" and "load_model(" in cell.source:
             said = [c.source for c in cells[:i] if c.cell_type == "markdown"][-1]
             assert "SmolLM2" in said, f"cell {i} uses SmolLM2 without saying so"
+
+
+def assert_graded_exercises(name: str, cells) -> None:
+    """Each exercise ("**Exercise 4.2.**") is followed by its own answer cell (tagged `solution`, naming the answers it
+    assigns) and its own check cell (tagged `check`) that uses those answers, before the next exercise."""
+    number = str(int(name[:2]))
+    exercise = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and f"**Exercise {number}." in c.source]
+    assert exercise, f"notebook {name} has no graded exercise"
+    for start, end in zip(exercise, [*exercise[1:], len(cells)], strict=True):
+        block = cells[start + 1 : end]
+        tags = [c.metadata.get("tags", []) for c in block]
+        assert sum("solution" in t for t in tags) == 1 and sum("check" in t for t in tags) == 1, cells[start].source
+        solution = next(c for c, t in zip(block, tags, strict=True) if "solution" in t)
+        check = next(c for c, t in zip(block, tags, strict=True) if "check" in t)
+        names = build.answer_names(solution)
+        assert names and all(n in check.source for n in names), f"the check of {cells[start].source!r} ignores {names}"
+        assert "course.check" in check.source and check.metadata.get("wrong")
+
+
+def test_a_check_refuses_a_wrong_answer_and_a_missing_one():
+    from mtdecode import course
+
+    course.check("0.1", [3, 4], [3, 4], hint="")
+    course.check("0.2", 0.31, 0.3, hint="", tolerance=0.02)
+    course.check("0.3", " B", "b", hint="")
+    for answer, expected in [([3, 5], [3, 4]), ([3], [3, 4]), (0.35, 0.3), ("a", "b"), (1, True)]:
+        with pytest.raises(course.WrongAnswer, match="Exercise 0.4: not yet. Hint: look again"):
+            course.check("0.4", answer, expected, hint="look again", tolerance=0.02)
+    with pytest.raises(course.NotAnswered):
+        course.check("0.5", ..., 3, hint="")
+
+
+def test_a_student_version_leaves_the_answers_to_fill_in():
+    notebook = nbformat.v4.new_notebook()
+    solution = nbformat.v4.new_code_cell("iterations = 3\nwhy = 'b'")
+    solution.metadata.update(tags=["solution"], answer="iterations, why")
+    notebook.cells = [solution]
+    (blank,) = build.student_version(notebook).cells
+    assert blank.source == "iterations = ...  # your answer here\nwhy = ...  # your answer here"
 
 
 # ------------------------------------------------------------------ notebook 4's n-gram pool cell

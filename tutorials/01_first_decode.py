@@ -36,6 +36,7 @@ import torch
 from transformers.utils import logging
 
 import mtdecode
+from mtdecode import course
 from mtdecode.strategies import Autoregressive
 from mtdecode.testing import hf_greedy_tokens, tiny_model
 
@@ -149,19 +150,42 @@ print(tokenizer.decode(answer.row(0)))
 # %% [markdown]
 # ## Exercises
 #
-# 1. Decode `prompt` with `temperature=1.0, top_k=1`. Explain why the tokens equal greedy decoding's.
-# 2. Take a batch of 4 identical prompts, sampled with `seed=10`. Are the rows equal? Which seed gives
-#    row 2 when its prompt is decoded alone? Check it.
-# 3. `Stats.tokens_per_forward` counts every row. What is it for the batch above, and why?
+# Each exercise has an answer cell (fill in the `...`) and a check cell below it: run the check, and it tells
+# you whether the answer is right, with a hint when it is not.
 
-# %% tags=["solution"]
-# 1. top_k=1 keeps only the most likely token, so p is one-hot on the argmax, as at temperature 0.
-top1 = mtdecode.generate(model, prompt, Autoregressive(), max_new_tokens=10, temperature=1.0, top_k=1, seed=3)
-assert top1.tokens.tolist() == result.tokens.tolist()
-# 2. Rows differ (each row has its own stream); row 2 is seed 10 + 2.
+# %% [markdown]
+# **Exercise 1.1.** Decode `prompt` for 10 tokens with `temperature=1.0, top_k=1, seed=3`, and put the new
+# tokens (a list of ints) in `top1`. Before you run it: what do you expect, and why?
+
+# %% tags=["solution"] answer="top1"
+# top_k=1 keeps only the most likely token, so p is one-hot on the argmax: sampling from it is greedy decoding
+top1 = mtdecode.generate(model, prompt, Autoregressive(), max_new_tokens=10, temperature=1.0, top_k=1, seed=3).row(0)
+
+# %% tags=["check"] wrong="top1 = mtdecode.generate(model, prompt, Autoregressive(), max_new_tokens=10, temperature=1.0, seed=3).row(0)"
+course.check("1.1", top1, hf_greedy_tokens(model, prompt, 10), hint="keep only the most likely token (top_k)")
+
+# %% [markdown]
+# **Exercise 1.2.** Decode a batch of 4 copies of `prompt`, 6 new tokens each, sampled at `temperature=1.0`
+# with `seed=10`. Which seed makes `prompt` decoded **alone** give exactly the batch's row 2? Put it in `seed_of_row_2`.
+
+# %% tags=["solution"] answer="seed_of_row_2"
+# each row b of a batch seeded s samples what its prompt alone seeded s + b samples
+seed_of_row_2 = 10 + 2
+
+# %% tags=["check"] wrong="seed_of_row_2 = 10"
 four = mtdecode.generate(model, [prompt] * 4, Autoregressive(), max_new_tokens=6, temperature=1.0, seed=10)
-print(four.tokens)
-alone = mtdecode.generate(model, prompt, Autoregressive(), max_new_tokens=6, temperature=1.0, seed=12)
-assert four.row(2) == alone.row(0)
-# 3. 1.0: Autoregressive commits one token per row per forward, whatever the batch.
-print(batch.stats.tokens_per_forward)
+alone = mtdecode.generate(model, prompt, Autoregressive(), max_new_tokens=6, temperature=1.0, seed=seed_of_row_2)
+course.check_that("1.2", four.row(2) == alone.row(0), hint="read the note after the batch section")
+
+# %% [markdown]
+# **Exercise 1.3.** `Stats.tokens_per_forward` counts the tokens of every row. What is it for the three-row
+# `batch` above? Put the number in `per_forward` (work it out first, then print `batch.stats` to confirm).
+# Choose why in `why`: (a) three rows make three tokens per forward; (b) each row commits one token per row
+# forward, and the rows' forwards are counted once per row; (c) rows that finished early lower it below 1.
+
+# %% tags=["solution"] answer="per_forward, why"
+per_forward = 1.0  # new tokens of all rows / row forwards: Autoregressive commits one token per row per forward
+why = "b"
+
+# %% tags=["check"] wrong="per_forward, why = 3.0, 'a'"
+course.check("1.3", (per_forward, why), (batch.stats.tokens_per_forward, "b"), hint="see `row_forwards` in `Stats`")

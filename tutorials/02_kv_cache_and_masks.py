@@ -28,7 +28,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # no widget li
 import matplotlib.pyplot as plt
 import torch
 
-from mtdecode import CausalLM, Runner, masks
+from mtdecode import CausalLM, Runner, course, masks
 from mtdecode.masks import figures
 from mtdecode.testing import tiny_model
 from mtdecode.testing.tolerance import rounding_tolerance
@@ -146,22 +146,57 @@ plt.show()
 # %% [markdown]
 # ## Exercises
 #
-# 1. Feed a tree with `parents = [-1, -1]` (two alternative next tokens) after `[5, 9, 2]`, then call
-#    `keep([0, 1])`, as if they were a path. Does the next forward still equal a fresh one? Why not?
-# 2. Why must a tree node at depth d be fed at position "cached length + d"? What would go wrong with
-#    positions numbered in feeding order?
-# 3. In the batch above, which cache columns are holes for row 1, and why are they there?
+# Each exercise has an answer cell (fill in the `...`) and a check cell below it that grades the answer.
 
-# %% tags=["solution"]
-# 1. No: token 4 never saw token 3, but after keep() the cache claims it came after it.
-runner = Runner(model, role="target")
-runner.extend([5, 9, 2])
-runner.cache.commit()
-runner.forward(torch.tensor([[3, 4]]), masks.tree_positions([-1, -1]), masks.tree([-1, -1]))
-runner.cache.keep([0, 1])
-got = runner.extend([5])[0, -1]
+# %% [markdown]
+# **Exercise 2.1.** After `[5, 9, 2]`, feed a tree with `parents = [-1, -1]`: two *alternative* next tokens,
+# 3 and 4. Then call `keep([0, 1])` as if they were a path, feed token 5, and compare its logits with a fresh
+# forward over `[5, 9, 2, 3, 4, 5]`. Is the largest difference within the rounding tolerance? Put `True` or
+# `False` in `same_as_fresh`, and the reason in `why`: (a) keep() reorders the entries; (b) token 4 never
+# attended to token 3, and both sit at the same position, but the cache now claims 4 came after 3; (c) the
+# tree mask hides the cached tokens from both nodes.
+
+# %% tags=["solution"] answer="same_as_fresh, why"
+tree_runner = Runner(model, role="target")
+tree_runner.extend([5, 9, 2])
+tree_runner.cache.commit()
+tree_runner.forward(torch.tensor([[3, 4]]), masks.tree_positions([-1, -1]), masks.tree([-1, -1]))
+tree_runner.cache.keep([0, 1])
+got = tree_runner.extend([5])[0, -1]
 fresh = Runner(model, role="fresh").extend([5, 9, 2, 3, 4, 5])[0, -1]
 print("difference:", float((got - fresh).abs().max()))  # far above rounding
-# 2. Rotary embeddings bake the position into each key; a path must carry the positions a plain
-#    left-to-right pass would give it, and siblings sit at the same position.
-# 3. Columns 2 and 3: row 1's prompt has 2 tokens, row 0's 4; the columns row 0 fills, row 1 leaves empty.
+same_as_fresh, why = False, "b"
+
+# %% tags=["check"] wrong="same_as_fresh, why = True, 'b'"
+_runner = Runner(model, role="check")
+_runner.extend([5, 9, 2])
+_runner.cache.commit()
+_runner.forward(torch.tensor([[3, 4]]), masks.tree_positions([-1, -1]), masks.tree([-1, -1]))
+_runner.cache.keep([0, 1])
+_got, _fresh = _runner.extend([5])[0, -1], Runner(model, role="fresh").extend([5, 9, 2, 3, 4, 5])[0, -1]
+_within = bool((_got - _fresh).abs().max() <= rounding_tolerance(model, _fresh, keys=6))
+course.check("2.1", (same_as_fresh, why), (_within, "b"), hint="which keys did node 4 attend to when it was fed?")
+
+# %% [markdown]
+# **Exercise 2.2.** A tree node at depth d is fed at position "cached length + d". Put in `positions` the
+# positions `masks.tree_positions` gives the tree `parents = [-1, 0, 0, 1, -1]` (depths counted from 0, as
+# offsets after the cache), working them out by hand first.
+
+# %% tags=["solution"] answer="positions"
+positions = [0, 1, 1, 2, 0]  # a node's depth: roots 0, their children 1, grandchildren 2; siblings share one
+
+# %% tags=["check"] wrong="positions = [0, 1, 2, 3, 4]"
+course.check("2.2", positions, masks.tree_positions([-1, 0, 0, 1, -1]).flatten().tolist(),
+             hint="a node sits one position after its parent, whatever order it was fed in")  # fmt: skip
+
+# %% [markdown]
+# **Exercise 2.3.** In the batch section, `runner.cache.valid` shows which columns hold an entry. Which
+# columns are holes for row 1 (the row whose prompt had 2 tokens)? Put their indices in `holes`, in order.
+
+# %% tags=["solution"] answer="holes"
+holes = [c for c in range(runner.cache.valid.shape[1]) if not runner.cache.valid[1, c]]
+print(holes)  # row 1's 2 prompt tokens sit in columns 0-1; columns 2-3, where row 0's longer prompt went on, stay empty
+
+# %% tags=["check"] wrong="holes = [0, 1]"
+course.check("2.3", holes, torch.nonzero(~runner.cache.valid[1]).flatten().tolist(),
+             hint="print `runner.cache.valid`: row 1 is its second line")  # fmt: skip

@@ -11,7 +11,7 @@
 #
 # **Learning goals.** After this notebook you can
 #
-# 1. derive speculative sampling's rule (accept x with min(1, p(x)/q(x)), else draw from norm(max(0, p - q)));
+# 1. derive speculative sampling's rule (accept $x$ with probability $\min(1, p(x)/q(x))$, else draw from $\operatorname{norm}(\max(0, p - q))$);
 # 2. show, by exact enumeration on a tiny vocabulary, that the rule outputs exactly p;
 # 3. break the rule on purpose and watch the oracle (`mtdecode.testing`) catch it;
 # 4. measure, on SmolLM2, how acceptance depends on how well the draft agrees with the target;
@@ -30,24 +30,26 @@ import torch
 from transformers.utils import logging
 
 import mtdecode
+from mtdecode import course, tuning
 from mtdecode.strategies import Speculative
 from mtdecode.testing import check_rejection_sampler, mutants, tiny_model
 from mtdecode.testing.models import perturbed
 
 logging.disable_progress_bar()
+tuning.use_reference_costs()  # the drafting rules weigh costs measured on an idle reference host (notebook 4)
 
 # %% [markdown]
 # ## The rule
 #
-# A small draft model q guesses a token d; the target p judges it. We want the emitted token to be
-# distributed exactly as p. Accept d with probability a(d), and otherwise draw from some r:
+# A small draft model $q$ guesses a token $d$; the target $p$ judges it. We want the emitted token to be
+# distributed exactly as $p$. Accept $d$ with probability $a(d)$, and otherwise draw from some $r$:
 #
-#     P(out = x) = q(x) a(x) + P(reject) r(x)
+# $$P(\text{out} = x) = q(x)\, a(x) + P(\text{reject})\, r(x).$$
 #
-# Choose a(x) = min(1, p(x)/q(x)). Then q(x) a(x) = min(q(x), p(x)), so the accepted part already
-# gives every token min(p, q) of the mass it needs. What is missing at x is p(x) - min(p(x), q(x)) =
-# max(0, p(x) - q(x)), and the total missing mass is exactly P(reject). So r must be
-# **norm(max(0, p - q))**, the residual, renormalised. (Leviathan et al. 2023, Algorithm 1.)
+# Choose $a(x) = \min(1, p(x)/q(x))$. Then $q(x)\, a(x) = \min(q(x), p(x))$, so the accepted part already
+# gives every token $\min(p, q)$ of the mass it needs. What is missing at $x$ is $p(x) - \min(p(x), q(x)) =
+# \max(0, p(x) - q(x))$, and the total missing mass is exactly $P(\text{reject})$. So $r$ must be
+# $\operatorname{norm}(\max(0, p - q))$, the residual, renormalised. (Leviathan et al. 2023, Algorithm 1.)
 #
 # ## Checked by exact enumeration
 #
@@ -93,8 +95,8 @@ plt.show()
 print("total variation of the broken rule from p:", float(0.5 * (wrong - p).abs().sum()))
 
 # %% [markdown]
-# The broken rule can even hand back the very guess it rejected: a rejected guess d has p(d) < q(d), so
-# the residual is 0 at d, but the stray mass lands on the last token, which may be d.
+# The broken rule can even hand back the very guess it rejected: a rejected guess $d$ has $p(d) < q(d)$, so
+# the residual is $0$ at $d$, but the stray mass lands on the last token, which may be d.
 #
 # ## The oracle catches it
 #
@@ -110,9 +112,10 @@ for sampler in (mutants.homework_rejection_sampler, mutants.residual_unnormalise
 # %% [markdown]
 # ## Acceptance against draft quality (SmolLM2)
 #
-# **These cells use SmolLM2** and its shipped 4-layer draft. We make worse drafts by adding noise to the
-# shipped one, and measure for each (1) how often it agrees with the target's greedy token on the target's
-# own answer, and (2) how many guesses speculative decoding accepts per target forward.
+# **These cells use SmolLM2** and drafts of every quality: the target itself (a perfect draft), the target with
+# noise added to its weights, and the shipped 4-layer draft. For each we measure (1) how often it agrees with
+# the target's greedy token on the target's own answer, and (2) how many guesses speculative decoding accepts
+# per target forward, with k = 3 guesses per step.
 
 # %%
 smol, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
@@ -125,23 +128,26 @@ sequence = torch.tensor([chat + answer])
 with torch.no_grad():
     target_choice = smol.hf(sequence).logits[0, len(chat) - 1 : -1].argmax(-1)
 
+drafts = {"the target itself": smol}
+for noise in (0.02, 0.05, 0.1):
+    drafts[f"target + noise {noise}"] = mtdecode.CausalLM(perturbed(smol.hf, noise, seed=0))
+drafts["shipped 4-layer draft"] = shipped
 rows = []
-for noise in (0.0, 0.1, 0.3):
-    d = shipped if noise == 0 else mtdecode.CausalLM(perturbed(shipped.hf, noise, seed=0))
+for name, d in drafts.items():
     with torch.no_grad():
         agreement = float((d.hf(sequence).logits[0, len(chat) - 1 : -1].argmax(-1) == target_choice).double().mean())
     stats = mtdecode.generate(smol, chat, Speculative(d, 3), max_new_tokens=24).stats
-    rows.append((noise, agreement, stats.mean_accepted, stats.tokens_per_forward))
+    rows.append((name, agreement, stats.mean_accepted, stats.tokens_per_forward))
     print(
-        f"noise {noise:4.2f}: agreement {agreement:.2f}, accepted per forward {stats.mean_accepted:.2f}, "
+        f"{name:22}: agreement {agreement:.2f}, accepted per forward {stats.mean_accepted:.2f}, "
         f"tokens per forward {stats.tokens_per_forward:.2f}"
     )
 
 # %%
 fig, ax = plt.subplots(figsize=(5, 3.5))
 ax.plot([r[1] for r in rows], [r[2] for r in rows], "o-")
-for noise, agreement, accepted, _ in rows:
-    ax.annotate(f"noise {noise}", (agreement, accepted), textcoords="offset points", xytext=(5, 5))
+for name, agreement, accepted, _ in rows:
+    ax.annotate(name, (agreement, accepted), textcoords="offset points", xytext=(5, 5), fontsize=9)
 ax.set_xlabel("draft agrees with the target's greedy token")
 ax.set_ylabel("guesses accepted per forward (k = 3)")
 plt.show()
@@ -173,8 +179,8 @@ plt.show()
 
 # %% [markdown]
 # Every path from x0 down the tree is a candidate. The verifier is the one-hot multi-candidate rule that
-# lookahead decoding uses (notebook 4): try each proposed token x in turn, accept it with probability p(x),
-# otherwise remove it from p. So Eagle is exact: at temperature 0 its tokens are greedy's.
+# lookahead decoding uses (notebook 4): try each proposed token $x$ in turn, accept it with probability $p(x)$,
+# otherwise remove it from $p$. So Eagle is exact: at temperature 0 its tokens are greedy's.
 
 # %%
 greedy = mtdecode.generate(smol, chat, mtdecode.strategies.Autoregressive(), max_new_tokens=48)
@@ -184,27 +190,104 @@ for name, strategy in (("speculative, 4-layer draft", Speculative(shipped)), ("e
     print(f"{name:28s} tokens per target forward {result.stats.tokens_per_forward:.2f}, same as greedy: {same}")
 
 # %% [markdown]
+# ## Where the time goes: a draft/verify timeline
+#
+# Tokens per target forward leave out what drafting costs. `mtdecode.figures.record_forwards` runs a strategy and
+# records every forward pass of every model, each with its cost in units of a 1-token target forward, read from
+# the reference costs (not from a clock read now). The timeline lays the forwards of 12 new tokens end to end.
+# Greedy makes one target forward per token. Speculative decoding runs the draft (orange) before each target
+# forward; EAGLE runs its head (green), a small fraction of a target forward per depth of the tree. Each
+# verification is labelled accepted/drafted, the first forward of each model (the prompt, read at once) is
+# hatched, and the dotted line marks where greedy ends.
+
+# %%
+import mtdecode.figures
+
+timed = {
+    name: mtdecode.figures.record_forwards(smol, chat, strategy, max_new_tokens=12)
+    for name, strategy in (
+        ("greedy", mtdecode.strategies.Autoregressive()),
+        ("speculative", Speculative(shipped)),
+        ("EAGLE", Eagle(head)),
+    )
+}
+mtdecode.figures.timeline(timed)
+plt.show()
+
+# %% [markdown]
+# Read each run from left to right. Speculative decoding pays one draft forward per guess, and a verification
+# earns its wider forward only with the guesses it accepts; EAGLE's head costs a fraction of that per depth, and
+# one verification checks a whole tree. Where each run ends, against the dotted line, is what the same 12 tokens
+# cost. On a chat answer few guesses are accepted; notebook 5 measures a code edit, where many more are.
+
+# %% [markdown]
 # ## Exercises
 #
-# 1. Show with `law_of_one_step` that accepting with probability p(x) instead of min(1, p(x)/q(x)), with
-#    the same residual, does not give p. How far is it (total variation)?
-# 2. Greedy speculative decoding: with temperature 0, p and q are one-hot. What does the rule become?
-# 3. If the draft agreed with the target with probability a on every guess, independently, how many
-#    tokens would one step of k guesses commit on average? Compare with the measurements above.
-# 4. Eagle's tree is built from the head's top-k tokens: its candidates are not drawn from q. Why may the
-#    verifier still accept each with probability p(x), and what would go wrong if the tree were chosen after
-#    looking at the target's p for this step?
+# Each exercise has an answer cell (fill in the `...`) and a check cell below it that grades the answer.
 
-# %% tags=["solution"]
-# 1. Accept with p(x): the accepted part is q(x) p(x); rejection has probability 1 - sum q p.
-accept_p = q * p + (1 - (q * p).sum()) * (p - q).clamp(min=0) / (p - q).clamp(min=0).sum()
-print("TV:", float(0.5 * (accept_p - p).abs().sum()))
-# 2. Accept iff the draft's argmax equals the target's; after a rejection the residual is the target's argmax.
-# 3. Tokens per step = 1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a).
+# %% [markdown]
+# **Exercise 3.1.** Accept the guess with probability p(x) instead of min(1, p(x)/q(x)), keep the same
+# residual norm(max(0, p - q)), and compute the law of the emitted token with `law_of_one_step`'s reasoning.
+# How far is it from p? Put the total variation, 0.5 * sum |law - p|, in `tv_accept_p`.
+
+# %% tags=["solution"] answer="tv_accept_p"
+# Accepted part q(x) p(x); rejection has probability 1 - sum_x q(x) p(x), and then the residual is drawn.
+residual = (p - q).clamp(min=0) / (p - q).clamp(min=0).sum()
+accept_p = q * p + (1 - (q * p).sum()) * residual
+tv_accept_p = float(0.5 * (accept_p - p).abs().sum())
+print("TV:", tv_accept_p)
+
+# %% tags=["check"] wrong="tv_accept_p = float(0.5 * (right - p).abs().sum())"
+_residual = (p - q).clamp(min=0) / (p - q).clamp(min=0).sum()
+_law = q * p + (1 - (q * p).sum()) * _residual
+course.check("3.1", tv_accept_p, float(0.5 * (_law - p).abs().sum()), tolerance=1e-9,
+             hint="the accepted part is q(x) p(x); what is left is drawn from the residual")  # fmt: skip
+
+# %% [markdown]
+# **Exercise 3.2.** Greedy speculative decoding: at temperature 0, p and q are one-hot. What does the rule
+# become? Put the letter in `rule`: (a) accept every guess, since q(x) = 1; (b) accept a guess exactly when it
+# is the target's argmax, and after a rejection emit the target's argmax; (c) accept with probability
+# p(x) = 1/2 when the two argmaxes differ.
+
+# %% tags=["solution"] answer="rule"
+# min(1, p(x)/q(x)) is 1 if the target's argmax is x and 0 otherwise; the residual max(0, p - q) is then
+# one-hot on the target's argmax.
+rule = "b"
+
+# %% tags=["check"] wrong="rule = 'a'"
+course.check("3.2", rule, "b", hint="p(x)/q(x) with both one-hot: what is it when the argmaxes differ?")
+
+# %% [markdown]
+# **Exercise 3.3.** Suppose the draft agreed with the target with probability a on every guess, independently.
+# A step of k guesses commits the accepted guesses plus one token of the target's own. Write
+# `tokens_per_step(a, k)`, the expected number of tokens one step commits.
+
+
+# %% tags=["solution"] answer="tokens_per_step"
+def tokens_per_step(a: float, k: int) -> float:
+    # guess i is kept only if guesses 1..i are: probability a^i; plus the target's own token
+    return sum(a**i for i in range(k + 1))  # = (1 - a^(k+1)) / (1 - a)
+
+
 for _, agreement, _, per_forward in rows:
-    a = agreement
-    print(f"a = {a:.2f}: predicted {(1 - a**4) / (1 - a):.2f} tokens per step, measured {per_forward:.2f}")
-# 4. A one-hot proposal is accepted with p(x) and removed from p on rejection; each position then emits x with
-#    probability p(x) whatever the proposals were, as long as they were fixed before the step's draws. The head
-#    reads only committed tokens and the target's features at committed positions, so they are. A tree chosen
-#    after looking at this step's p would favour tokens p likes, and the output would no longer be p.
+    print(f"a = {agreement:.2f}: predicted {tokens_per_step(agreement, 3):.2f} tokens per step, measured {per_forward:.2f}")
+
+
+# %% tags=["check"] wrong="tokens_per_step = lambda a, k: 1 + k * a"
+course.check("3.3", [tokens_per_step(a, k) for a, k in [(0.0, 3), (0.5, 1), (0.6, 3), (0.9, 5)]],
+             [1.0, 1.5, 2.176, (1 - 0.9**6) / 0.1], tolerance=1e-9,
+             hint="the i-th guess counts only if every guess before it was accepted too")  # fmt: skip
+
+# %% [markdown]
+# **Exercise 3.4.** EAGLE's tree is built from the head's top tokens: its candidates are not drawn from q.
+# Why may the verifier still accept each with probability p(x)? Put the letter in `why_exact`: (a) the head
+# is trained to match p, so its tokens are nearly samples of p; (b) each candidate is fixed before the step's
+# random draws, accepted with p(x) and removed from p when rejected, so each position emits x with
+# probability p(x) whatever the candidates were; (c) at temperature 0 every verifier is exact.
+
+# %% tags=["solution"] answer="why_exact"
+# A tree chosen after looking at this step's p would favour tokens p likes, and the output would no longer be p.
+why_exact = "b"
+
+# %% tags=["check"] wrong="why_exact = 'a'"
+course.check("3.4", why_exact, "b", hint="what must hold about when the candidates were chosen?")

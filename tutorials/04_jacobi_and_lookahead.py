@@ -30,18 +30,19 @@ import torch
 from transformers.utils import logging
 
 import mtdecode
-from mtdecode import tuning
+from mtdecode import course, tuning
 from mtdecode.masks import figures
 from mtdecode.strategies import Autoregressive, Lookahead
 from mtdecode.strategies.lookahead import NgramPool
 
 logging.disable_progress_bar()
+tuning.use_reference_costs()  # costs measured once on an idle reference host, not under today's load (see below)
 
 # %% [markdown]
 # ## Jacobi iteration on a real sentence
 #
-# **Uses SmolLM2.** Greedy decoding of m tokens solves m equations, y_i = argmax p(. | prompt, y_1..y_{i-1}),
-# one after another. Jacobi iteration solves them all at once: guess all m, recompute every y_i from the
+# **Uses SmolLM2.** Greedy decoding of $m$ tokens solves $m$ equations, $y_i = \operatorname{argmax}_y p(y \mid \text{prompt}, y_{<i})$,
+# one after another. Jacobi iteration solves them all at once: guess all $m$, recompute every $y_i$ from the
 # current guesses in one forward pass, repeat. Position 1 is right after one pass; often several converge
 # together. Here is the whole trajectory for a block of 8, starting from guesses copied from the prompt.
 
@@ -94,6 +95,23 @@ for key in list(pool.table)[:8]:
     print(f"{text([key])[0]!r:>14} ->", [text(list(rest)) for rest in pool.candidates(key, length=2)])
 
 # %% [markdown]
+# The same diagonals in a real run. `mtdecode.figures.record_lookahead` runs `Lookahead(4, 4, 3)` (W = 4,
+# N = 4, G = 3) on our prompt and records each step's window. The figure draws window cell (r, j) at the
+# position the step gives it, s + r + j, where s is the position of x0, the newest committed token (grey).
+# Each column of the window, read down its N - 1 rows, is a diagonal in positions, and it ends in the target's
+# prediction under the last row (dashed): one 4-gram for the pool per colour, W of them per step.
+
+# %%
+import mtdecode.figures
+
+recorded = mtdecode.figures.record_lookahead(
+    smol, prompt, Lookahead(4, 4, 3), max_new_tokens=10, seed=0, text=mtdecode.figures.token_text(tokenizer)
+)
+example = max(recorded, key=lambda step: (step.full, step.accepted))  # a full window; the most tokens accepted
+mtdecode.figures.lookahead_window(example.window, example.predictions)
+plt.show()
+
+# %% [markdown]
 # ## One lookahead step
 #
 # Lookahead decoding puts the window (N-1 rows of W) and G candidate n-grams from the pool in **one**
@@ -105,11 +123,26 @@ figures.lookahead_mask(3, 3, 2, figures.prefix_names(2)).plot()
 plt.show()
 
 # %% [markdown]
+# Here is the step of our run drawn above, now with its verification branch: the pool's n-grams keyed by x0,
+# each a guess for the next N - 1 tokens, which sit at positions s + 1, s + 2, ... as they would if accepted.
+# The target accepted the green prefix; the step committed those tokens and one token of the target's own
+# (orange). A candidate that wins was harvested from an earlier step's window, or from the prompt.
+
+# %%
+mtdecode.figures.lookahead_window(example.window, example.predictions, example.candidates, example.chosen,
+                                  example.accepted, committed=example.committed)  # fmt: skip
+plt.show()
+
+# %% [markdown]
 # ## W, N and G on this machine
 #
 # A step feeds (W + G)(N - 1) tokens. On a large GPU a forward over 56 tokens costs about what a forward
 # over 1 does, which is why the paper's defaults are W = 7, N = 5, G = 7. On a CPU the cost grows with the
-# number of tokens. `mtdecode.tuning` measures it once per model, device and host, and keeps it on disk:
+# number of tokens. `mtdecode.tuning` measures it once per model, device and host, and keeps it on disk.
+# This notebook uses the **reference costs** that ship with mtdecode instead (`tuning.use_reference_costs()`
+# in the first cell): SmolLM2's costs measured once on an idle 2-core CPU, listed in the docs' measurements
+# page. So every number below is the same on every machine, and a busy class server cannot change a
+# conclusion. Leave that call out to measure your own machine (it takes a minute, once).
 
 # %%
 costs = tuning.forward_costs(smol)
@@ -144,30 +177,73 @@ print("Lookahead(prompt_pool=False) picks (W, N, G) =", tuning.choose(costs))
 print("Lookahead() picks (W, N, G) =", tuning.choose(costs, prompt_pool=True))
 
 # %% [markdown]
-# And measured, side by side with greedy on our prompt (both give the same tokens):
+# Now run them on our prompt. Tokens per forward is a count, the same on every machine. The time each run
+# takes depends on this machine and its load right now: the cost model turns the count into a prediction
+# that does not. `stats.choices` says what the tuned `Lookahead()` chose and why.
 
 # %%
-contenders = {"greedy": Autoregressive(), "Lookahead() (tuned)": Lookahead(), "Lookahead(7, 5, 7)": Lookahead(7, 5, 7, prompt_pool=False)}
+contenders = {
+    "greedy": Autoregressive(),
+    "Lookahead() (tuned)": Lookahead(),
+    "Lookahead(7, 5, 7)": Lookahead(7, 5, 7, prompt_pool=False),
+}
+reference = mtdecode.generate(smol, prompt, Autoregressive(), max_new_tokens=32).row(0)
 for name, strategy in contenders.items():
-    s = mtdecode.generate(smol, prompt, strategy, max_new_tokens=32, seed=0).stats
-    print(f"{name:20} {s.tokens_per_forward:.2f} tokens per forward, {s.tokens_per_second:.1f} tokens/s")
+    result = mtdecode.generate(smol, prompt, strategy, max_new_tokens=32, seed=0)
+    s = result.stats
+    assert result.row(0) == reference  # exact: every contender gives greedy's tokens
+    print(f"{name:20} {s.tokens_per_forward:.2f} tokens per forward ({s.tokens_per_second:.1f} tokens/s here, now)")
+    for choice in s.choices:
+        print(" " * 22 + str(choice))
+
+# %% [markdown]
+# Read the counts. On this chat prompt the pool seldom holds the continuation, so the tuned `Lookahead()` commits
+# barely more than one token per forward, while each of its forwards feeds more tokens than greedy's: it cannot
+# be faster here, whatever the clock says. `Lookahead(7, 5, 7)` commits more per forward, but each forward feeds
+# 56 tokens, and the cost curve above says what that costs on a CPU. Guessing pays where the text repeats itself:
+# notebook 5 measures it on a code edit.
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. How many iterations did Jacobi need until all 8 positions equalled greedy's? Why can it never need
-#    more than 8?
-# 2. Using `tuning.expected_tokens`, compute the expected tokens per step for W = 7, N = 5, G = 7 and the
-#    relative cost of its input on this machine. Is it predicted to win?
-# 3. Why does an EOS token in the window's new row need special care (hint: the window slides on)?
+# Each exercise has an answer cell (fill in the `...`) and a check cell below it that grades the answer.
 
-# %% tags=["solution"]
-# 1. Position i is right once positions 1..i-1 are: after at most i iterations, so at most 8.
-first_all_right = next(i for i, row in enumerate(trajectory) if row == greedy)
-print("all right after iteration", first_all_right)
-# 2.
+# %% [markdown]
+# **Exercise 4.1.** How many Jacobi iterations did the block of 8 above need until every position equalled
+# greedy's? Put the number in `iterations` (count from the `trajectory`, not from the bound).
+
+# %% tags=["solution"] answer="iterations"
+# Position i is right once positions 1..i-1 are, so 8 iterations always suffice; here fewer were needed.
+iterations = next(i for i, row in enumerate(trajectory) if row == greedy)
+print("all right after iteration", iterations)
+
+# %% tags=["check"] wrong="iterations = block"
+course.check("4.1", iterations, min(i for i, row in enumerate(trajectory) if row == greedy),
+             hint="find the first row of `trajectory` that equals `greedy`")  # fmt: skip
+
+# %% [markdown]
+# **Exercise 4.2.** The paper's GPU defaults are W = 7, N = 5, G = 7. With `tuning.expected_tokens` (at
+# `tuning.HIT_RATE`) and `tuning.relative_cost` on the course's `costs`, compute the predicted speed-up over
+# greedy (tokens per step over the step's relative cost) and put it in `speedup`.
+
+# %% tags=["solution"] answer="speedup"
 tokens = tuning.expected_tokens(7, 5, 7, tuning.HIT_RATE)
-cost = tuning.relative_cost(costs, (7 + 7) * 4)
-print(f"{tokens:.2f} tokens per step at {cost:.2f}x the cost of a 1-token forward: speed-up {tokens / cost:.2f}")
-# 3. The window's guesses continue past an EOS into text that will never be generated; n-grams with it
-#    would be verified after the end. The paper's code replaces it with a prompt token.
+cost = tuning.relative_cost(costs, (7 + 7) * (5 - 1))  # a step feeds (W + G)(N - 1) tokens
+speedup = tokens / cost
+print(f"{tokens:.2f} tokens per step at {cost:.2f}x the cost of a 1-token forward: predicted {speedup:.2f}x greedy")
+
+# %% tags=["check"] wrong="speedup = tuning.expected_tokens(7, 5, 7, tuning.HIT_RATE)"
+course.check("4.2", speedup, tuning.predicted_speedup(costs, 7, 5, 7), tolerance=1e-9,
+             hint="divide by the relative cost of (W + G)(N - 1) tokens")  # fmt: skip
+
+# %% [markdown]
+# **Exercise 4.3.** Which 3-gram does the pool take from the trajectory starting at iteration 1, position 2?
+# Put its three token ids, in order, in `ngram`.
+
+# %% tags=["solution"] answer="ngram"
+ngram = [trajectory[1 + k][2 + k] for k in range(3)]  # one iteration down, one position right, each token
+print(tokenizer.convert_ids_to_tokens(ngram))
+
+# %% tags=["check"] wrong="ngram = [trajectory[1 + k][2] for k in range(3)]"
+course.check("4.3", ngram, [trajectory[1][2], trajectory[2][3], trajectory[3][4]],
+             hint="iteration i + 1 computed position j + 1 from iteration i's guess at position j")  # fmt: skip

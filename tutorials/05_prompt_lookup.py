@@ -28,11 +28,13 @@ import matplotlib.pyplot as plt
 from transformers.utils import logging
 
 import mtdecode
+from mtdecode import course, figures, tuning
 from mtdecode.bench import load_suite
-from mtdecode.strategies import Autoregressive, Eagle, PromptLookup
+from mtdecode.strategies import Autoregressive, Eagle, PromptLookup, Speculative
 from mtdecode.strategies.prompt_lookup import lookup
 
 logging.disable_progress_bar()
+tuning.use_reference_costs()  # costs measured once on an idle reference host (notebook 4), not under today's load
 
 # %% [markdown]
 # ## The idea
@@ -123,20 +125,127 @@ for name, prompt in another.items():
 # On the code edit the copy's branch has many tokens accepted at once, more than the head's tree is deep; on
 # chat the copy seldom holds, and the tree is the head's.
 #
+# Here are two trees that `Eagle()` verified on the code edit, recorded by `figures.record_eagle_trees`: the
+# first step's, and the step that accepted the most. x0 is at the left, each node right of its parent; the
+# copy's nodes have dashed purple borders, the accepted path is green, and the target's own token after it is
+# orange.
+
+# %%
+trees = figures.record_eagle_trees(smol, another["code"], Eagle(), max_new_tokens=16,
+                                   eos_token_id=tokenizer.eos_token_id, text=figures.token_text(tokenizer))  # fmt: skip
+deepest = max(trees, key=lambda tree: len(tree.accepted))
+for tree in [trees[0]] + ([deepest] if deepest is not trees[0] else []):
+    figures.token_tree(tree.root, tree.tokens, tree.parents, tree.accepted, copied=tree.copied,
+                       target_token=tree.target_token)  # fmt: skip
+    plt.show()
+
+# %% [markdown]
+# ## A real speed-up, and why the separate draft does not win (SmolLM2)
+#
+# **Uses SmolLM2.** The longer code edit again, 64 new tokens, four ways: greedy, prompt lookup, EAGLE (tree
+# plus copy) and speculative decoding with the shipped 4-layer draft model. All four give greedy's tokens.
+# For each run the table shows
+#
+# - **tokens per forward**: a count, the same on every machine;
+# - **cost**: all its forward passes (target, draft, head) added up in units of one 1-token target forward,
+#   from the reference costs. This is the time the run takes on the idle reference CPU, and it does not move;
+# - **seconds here**: the wall time on this machine, now (the faster of two runs, taken in turns). On a busy
+#   class server this column moves from run to run; the conclusions below rest on the other two.
+
+# %%
+import time
+
+code = another["code"]
+contenders = {
+    "greedy": Autoregressive(),
+    "prompt lookup": PromptLookup(),
+    "EAGLE": Eagle(),
+    "speculative (4-layer draft)": Speculative(mtdecode.load_model(mtdecode.DRAFT_MODEL)),
+}
+runs, seconds = {}, {name: [] for name in contenders}
+for _ in range(2):  # in turns, so that a busy moment hits every contender alike
+    for name, strategy in contenders.items():
+        start = time.perf_counter()
+        runs[name] = figures.record_forwards(smol, code, strategy, max_new_tokens=64)
+        seconds[name].append(time.perf_counter() - start)
+cost = {name: sum(f.cost for step in steps for f in step.forwards) for name, steps in runs.items()}
+print(f"{'':28} {'tokens/forward':>14} {'cost':>7} {'vs greedy':>9} {'seconds here':>12} {'vs greedy':>9}")
+for name, steps in runs.items():
+    made, forwards = sum(s.tokens for s in steps), len(steps)
+    print(
+        f"{name:28} {made / forwards:14.2f} {cost[name]:7.1f} {cost['greedy'] / cost[name]:8.2f}x "
+        f"{min(seconds[name]):12.2f} {min(seconds['greedy']) / min(seconds[name]):8.2f}x"
+    )
+
+# %% [markdown]
+# Prompt lookup and EAGLE commit several tokens per forward here, and a forward over a few more tokens costs
+# little more than one over a single token: they win. The separate draft commits more than one token per
+# target forward too, and still loses. Why? Each of its guesses costs a forward of the draft model, and on
+# this CPU a draft forward is not cheap next to a target forward:
+
+# %%
+drafting = runs["speculative (4-layer draft)"]
+draft_cost = next(f.cost for step in drafting for f in step.forwards if f.lane == "draft" and f.tokens == 1)
+drafted = sum(step.drafted > 0 for step in drafting)
+first_kept = sum(step.accepted > 0 for step in drafting)
+target_costs = tuning.draft_costs(smol, contenders["speculative (4-layer draft)"].draft)
+extra = target_costs.t(2) - target_costs.t(1)  # one more token in the verifying forward
+print(f"one draft forward costs {draft_cost:.2f} of a target forward; verifying one more token costs {extra:.2f}")
+print(f"a first guess saves a target forward (1.00) only when it is kept: it pays if kept more than "
+      f"{draft_cost + extra:.0%} of the time")  # fmt: skip
+print(f"measured: the draft's first guess was kept in {first_kept} of {drafted} steps ({first_kept / drafted:.0%})")
+
+# %% [markdown]
+# SmolLM2 has 135 M parameters, and 28 M of them are its embedding and output layer over 49,152 tokens. The
+# 4-layer draft keeps that whole vocabulary, so a draft forward is not the small fraction of a target forward
+# that the draft's layer count suggests; the first cell above prints what it is. A guess pays only when it is
+# kept more often than that cost (plus verifying one more token) over the forward it saves, and a 4-layer model
+# agrees with the target far less often (notebook 3's sweep): the drafting rule soon stops drafting, and the run
+# is greedy decoding plus the draft's cost. Speculative decoding wins where the draft is *much* cheaper than the
+# target and still agrees often: a 68 M draft for a 7 B target costs about 1 % of it. The EAGLE head reads the
+# target's own features, so one layer is enough to guess well, and prompt lookup's guesses cost nothing to make.
+#
 # ## Exercises
 #
-# 1. Run the code prompt with `num_draft_tokens` 2 and 20. How do tokens per forward and tokens per
-#    second move, and why do they not move together?
-# 2. Which `ngram` works better on the code prompt: 1 or 4? Explain the trade-off.
-# 3. Write a prompt of your own on which prompt lookup commits more than 3 tokens per forward.
+# Each exercise has an answer cell (fill in the `...`) and a check cell below it that grades the answer.
 
-# %% tags=["solution"]
-# 1. More guesses: more tokens per forward where a copy is long, but every forward costs more.
-for k in (2, 20):
-    s = mtdecode.generate(smol, prompts["code"], PromptLookup(3, k), max_new_tokens=40).stats
-    print(f"k={k:2}: {s.tokens_per_forward:.2f} per forward, {s.tokens_per_second:.1f} tokens/s")
-# 2. Short n-grams match more often but copy the wrong continuation more often; long ones match less.
-for n in (1, 4):
-    s = mtdecode.generate(smol, prompts["code"], PromptLookup(n, 10), max_new_tokens=40).stats
-    print(f"ngram={n}: {s.tokens_per_forward:.2f} per forward")
-# 3. For example: ask the model to repeat a list with one item changed.
+# %% [markdown]
+# **Exercise 5.1.** What does `lookup([4, 8, 15, 16, 23, 42, 8, 15], ngram=2, k=3)` return? Work it out by
+# hand first (the last 2 tokens, their latest earlier occurrence, the 3 tokens after it), then put the list
+# in `copied`.
+
+# %% tags=["solution"] answer="copied"
+copied = [16, 23, 42]  # [8, 15] occurred at positions 1-2; the three tokens after it
+print(lookup([4, 8, 15, 16, 23, 42, 8, 15], ngram=2, k=3))
+
+# %% tags=["check"] wrong="copied = [4, 8, 15]"
+course.check("5.1", copied, lookup([4, 8, 15, 16, 23, 42, 8, 15], ngram=2, k=3),
+             hint="copy what came *after* the earlier occurrence of the last two tokens")  # fmt: skip
+
+# %% [markdown]
+# **Exercise 5.2.** Decode the code prompt (`prompts["code"]`, 40 new tokens) with `PromptLookup(3, 2)` and
+# `PromptLookup(3, 20)`, and put their tokens per forward in `per_forward_2` and `per_forward_20`.
+
+# %% tags=["solution"] answer="per_forward_2, per_forward_20"
+per_forward_2 = mtdecode.generate(smol, prompts["code"], PromptLookup(3, 2), max_new_tokens=40).stats.tokens_per_forward
+per_forward_20 = mtdecode.generate(smol, prompts["code"], PromptLookup(3, 20), max_new_tokens=40).stats.tokens_per_forward
+print(f"k = 2: {per_forward_2:.2f} tokens per forward; k = 20: {per_forward_20:.2f}")
+
+# %% tags=["check"] wrong="per_forward_2, per_forward_20 = per_forward_20, per_forward_2"
+course.check("5.2", (per_forward_2, per_forward_20), tuple(
+    mtdecode.generate(smol, prompts["code"], PromptLookup(3, k), max_new_tokens=40).stats.tokens_per_forward
+    for k in (2, 20)), tolerance=1e-9, hint="`result.stats.tokens_per_forward`, one run per k")  # fmt: skip
+
+# %% [markdown]
+# **Exercise 5.3.** More copied tokens per step commit more tokens per forward where a copy is long. Why can
+# k = 20 still be slower than k = 10 in tokens per second? Put the letter in `why`: (a) a longer copy is less
+# likely to be right at every position; (b) every forward verifies all k copied tokens, and on a CPU a forward
+# over 21 tokens costs more than one over 11, while the copy's tail is mostly rejected; (c) the copy itself
+# takes longer to find.
+
+# %% tags=["solution"] answer="why"
+# (a) lowers tokens per forward only a little (the accepted prefix is kept); the cost grows with every token fed
+why = "b"
+
+# %% tags=["check"] wrong="why = 'c'"
+course.check("5.3", why, "b", hint="what does a forward over more tokens cost on a CPU (notebook 4)?")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 import mtdecode
-from mtdecode import DecodingStrategy
+from mtdecode import DecodingStrategy, course
 from mtdecode.sampling import draw
 from mtdecode.session import with_new_token
 from mtdecode.testing import check_greedy, check_sampling, strategy_decoder, tiny_model
@@ -54,8 +54,8 @@ from mtdecode.testing import check_greedy, check_sampling, strategy_decoder, tin
 # ## The starting code: "echo" guessing
 #
 # A cheap guess: the token that followed x0 the last time x0 appeared. One guess per step, verified in
-# the same forward pass as x0 (the one-hot rule of notebook 3: accept the guess with probability p(x);
-# otherwise draw the token from what is left of p). Read it carefully: it has a subtle bug.
+# the same forward pass as x0 (the one-hot rule of notebook 3: accept the guess with probability $p(x)$;
+# otherwise draw the token from what is left of $p$). Read it carefully: it has a subtle bug.
 
 
 # %%
@@ -122,34 +122,60 @@ print(report.summary)
 
 # %% [markdown]
 # The oracle says the law is wrong, with a false-alarm rate of 1e-3: a correct strategy would fail this
-# only once in a thousand times. Greedy parity could not see it: at temperature 0 p is one-hot, so a
-# rejected guess has p(x) = 0 and "draw from p" and "draw from p without x" are the same thing.
+# only once in a thousand times. Greedy parity could not see it: at temperature 0 $p$ is one-hot, so a
+# rejected guess has $p(x) = 0$ and "draw from $p$" and "draw from $p$ without $x$" are the same thing.
 #
 # ## Exercises
 #
-# 1. Find the bug in `verify_one_guess`. (Hint: notebook 3, the residual of a one-hot draft.)
-# 2. Fix it, and run `check_greedy` and `check_sampling` again.
-# 3. Extend the strategy to guess two tokens (what followed x0 and the token after it). What must change
-#    in `verify_one_guess`?
+# Each exercise has an answer cell (fill in the `...`) and a check cell below it that grades the answer.
+
+# %% [markdown]
+# **Exercise 7.1.** Find the bug in `verify_one_guess` (hint: notebook 3, the residual of a one-hot draft).
+# Put the letter in `bug`: (a) the guess is accepted with p(x) instead of min(1, p(x)/q(x)); (b) after
+# rejecting x, the token is drawn from p itself, which gives x a second chance; (c) all rows share one
+# uniform number.
+
+# %% tags=["solution"] answer="bug"
+# A one-hot draft has q(x) = 1, so min(1, p(x)/q(x)) = p(x): accepting with p(x) is right. After a rejection
+# the token must come from norm(max(0, p - 1[x])): p with x removed and renormalised.
+bug = "b"
+
+# %% tags=["check"] wrong="bug = 'a'"
+course.check("7.1", bug, "b", hint="write down the residual max(0, p - q) for q one-hot on x")
+
+# %% [markdown]
+# **Exercise 7.2.** Fix it: write `verify_one_guess_fixed(s, guesses, p)`, a copy of `verify_one_guess` that
+# draws the token after a rejection from p without x. The check runs the oracle's sampling law on it.
 
 
-# %% tags=["solution"]
-# 1. After rejecting x, the token must come from norm(max(0, p - 1[x])): p with x removed and
-#    renormalised. Drawing from p itself gives x a second chance, so x comes out too often.
+# %% tags=["solution"] answer="verify_one_guess_fixed"
 def verify_one_guess_fixed(s, guesses, p):
     x = guesses[:, 0]
     p_x = p[:, 0].gather(1, x.clamp(min=0)[:, None])[:, 0] * (x >= 0)
     u = s.random.uniform(((x >= 0) & s.active).long())[:, 0].to(p.device)
     accepted = (u < p_x).long()
-    without_x = p[:, 0].scatter(1, x.clamp(min=0)[:, None], 0.0)
+    without_x = p[:, 0].scatter(1, x.clamp(min=0)[:, None], 0.0)  # renormalised by `draw`
     without_x = torch.where((x >= 0)[:, None] & (without_x.sum(-1, keepdim=True) > 0), without_x, p[:, 0])
     after = torch.where(accepted.bool()[:, None], p[:, 1], without_x)
     return accepted, draw(after, s.random, s.active)
 
 
-# 2.
-fixed = strategy_decoder(EchoGuess(verify=verify_one_guess_fixed))
-print(check_greedy(fixed, examples=8).summary, "\n")
-print(check_sampling(fixed, samples=10_000).summary)
-# 3. Verify position by position: after accepting the first guess, test the second with p after it
-#    (logits_to_keep=3), and after any rejection draw from p without the rejected token and stop.
+# %% tags=["check"] wrong="verify_one_guess_fixed = verify_one_guess"
+fixed = check_sampling(strategy_decoder(EchoGuess(verify=verify_one_guess_fixed)), samples=10_000)
+print(fixed.summary)
+course.check_that("7.2", fixed.passed, hint="after a rejection, set p(x) to 0 before drawing")
+
+# %% [markdown]
+# **Exercise 7.3.** Extend the idea to two guesses per step (what followed x0, and the token after it). What
+# must change in the verification? Put the letter in `change`: (a) nothing: verify each guess on its own
+# with p(x) and keep those accepted; (b) go position by position: test the second guess only if the first
+# was accepted, with p after the first guess, and after any rejection draw from p without the rejected
+# token and stop; (c) accept the two guesses together with probability p(x1) p(x2).
+
+# %% tags=["solution"] answer="change"
+# The tokens after a rejected guess were computed from a token that is not in the text: they must go. So
+# verification walks the guesses in order and stops at the first rejection (notebook 3's rule, one-hot q).
+change = "b"
+
+# %% tags=["check"] wrong="change = 'a'"
+course.check("7.3", change, "b", hint="what did the forward pass assume when it computed p after the second guess?")

@@ -353,8 +353,14 @@ def read_json(path: str | Path) -> list[Row]:
     return [Row(**row) for row in json.loads(Path(path).read_text())["rows"]]
 
 
+#: font sizes for `plot`: the figure is about 12 inches wide and shown at about half that on a docs page
+PLOT_FONTS = {"font.size": 16, "axes.titlesize": 18, "axes.labelsize": 16, "xtick.labelsize": 16,
+              "ytick.labelsize": 15, "legend.fontsize": 15}
+
+
 def plot(path: str | Path, rows: Sequence[Row], title: str) -> None:
-    """Two panels of grouped bars: speed-up over Autoregressive, and tokens per target forward."""
+    """Two panels of grouped bars: speed-up over Autoregressive, and tokens per target forward.
+    Text and axes take matplotlib's current colours, so a style (the docs' dark one, for example) carries over."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -364,26 +370,27 @@ def plot(path: str | Path, rows: Sequence[Row], title: str) -> None:
     names = list(dict.fromkeys(r.contender for r in rows))
     value = {(r.task, r.contender): r for r in rows}
     width = 0.8 / len(tasks)
-    fig, axes = plt.subplots(2, 1, figsize=(max(7.0, 1.0 * len(names) + 2), 7), sharex=True)
-    for panel, (ax, label) in enumerate(
-        zip(axes, ("speed-up over autoregressive", "tokens per target forward"), strict=True)
-    ):
-        for t, task in enumerate(tasks):
-            xs = [i + (t - (len(tasks) - 1) / 2) * width for i in range(len(names))]
-            ys = [
-                (value[task, n].speedup if panel == 0 else value[task, n].tokens_per_forward)
-                if (task, n) in value
-                else 0.0
-                for n in names
-            ]
-            ax.bar(xs, ys, width, label=task)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_ylim(0, 1.3 * max(ax.get_ylim()[1], 1.0))  # head-room for the legend
-        ax.set_ylabel(label)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0].set_title(title)
-    axes[0].legend(ncol=len(tasks), fontsize="small", loc="upper left")
-    axes[1].set_xticks(range(len(names)), names, rotation=30, ha="right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with plt.rc_context(PLOT_FONTS):
+        fig, axes = plt.subplots(2, 1, figsize=(max(7.0, 1.0 * len(names) + 2), 8), sharex=True)
+        for panel, (ax, label) in enumerate(
+            zip(axes, ("speed-up over autoregressive", "tokens per target forward"), strict=True)
+        ):
+            for t, task in enumerate(tasks):
+                xs = [i + (t - (len(tasks) - 1) / 2) * width for i in range(len(names))]
+                ys = [
+                    (value[task, n].speedup if panel == 0 else value[task, n].tokens_per_forward)
+                    if (task, n) in value
+                    else 0.0
+                    for n in names
+                ]
+                ax.bar(xs, ys, width, label=task)
+            ax.axhline(1.0, color=plt.rcParams["axes.edgecolor"], linewidth=1.0)
+            ax.set_ylim(0, 1.3 * max(ax.get_ylim()[1], 1.0))  # head-room for the legend
+            ax.set_ylabel(label)
+            ax.grid(axis="y", alpha=0.3)
+        axes[0].set_title(title)
+        axes[0].legend(ncol=len(tasks), loc="upper left")
+        axes[1].set_xticks(range(len(names)), names, rotation=30, ha="right")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
     plt.close(fig)

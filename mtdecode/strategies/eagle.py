@@ -33,6 +33,11 @@ distribution over the head's tokens. One step, for every row of the batch at onc
            (f_t, x_{t+1}) with the target's real features, which gives its prediction for the
            next step's root.
 
+With the rule (`tree_size=None`), `result.stats.choices` says how many nodes the steps verified
+and how many row steps verified none because no node paid (`tree_choice`); when no row step
+verified a node for that reason, the run decoded greedily and `generate` warns
+(`GreedyFallbackWarning`).
+
 The first step has no features yet: it is a plain step over the prompt (the head reads the
 prompt's features after it). The head's KV cache is a `KVCache` under the session's checks like
 every model's: it holds each row's committed tokens but the newest, as the target's does; the
@@ -48,9 +53,9 @@ import torch
 
 from mtdecode import masks, store, tuning
 from mtdecode.cache import KVCache
-from mtdecode.drafting import DraftCosts, DraftLength, check_counts
+from mtdecode.drafting import DraftCosts, DraftLength, check_counts, drafting_choice
 from mtdecode.model import CausalLM, Runner
-from mtdecode.session import Session, Step
+from mtdecode.session import Choice, Session, Step
 from mtdecode.strategies.prompt_lookup import CopyRecord, lookup, padded
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import Verdict, verify_logits
@@ -110,6 +115,8 @@ class Eagle:
         depth_cost = self.depth_cost
         if depth_cost is None:  # only the rule weighs it
             depth_cost = 0.0 if size is None else measure_depth_cost(s.target.model, head.model, self.width)
+        if size is not None:
+            s.record_choice(lambda: tree_choice(size, depth_cost, s.steps))  # for `Stats.choices`
         record = CopyRecord(s.batch) if self.lookup else None
         # the first step: a plain forward over the prompts, whose features the head then reads
         logits, features = s.target.extend_features(s.unread(s.target), logits_to_keep=1)
@@ -137,6 +144,20 @@ class Eagle:
             fresh = features[rows, torch.cat([path.new_zeros(path.shape[0], 1), path + 1], dim=1).clamp(min=0)]
             root = read_features(s, head, [fresh[b, : int(a) + 1] for b, a in enumerate(verdict.accepted)], root)
             yield steps
+
+
+def tree_choice(size: DraftLength, depth_cost: float, steps: list[Step]) -> Choice:
+    """What the tree-size rule chose over the run (`Stats.choices`), with what it weighs: a node is verified only
+    while its chance of acceptance pays for its place in the target forward at the row's rate so far, and a depth
+    is grown only while its nodes' chances pay for one more head forward (`depth_cost`)."""
+    added = size.costs.t(2) - size.costs.t(1)
+    pays = (
+        f"no node's chance of acceptance paid for its place in the forward (one more verified token costs "
+        f"{added:.2f} of a 1-token forward, weighed at the row's tokens per unit of cost so far; a depth of the "
+        f"tree costs {depth_cost:.2f})"
+    )
+    fix = "Eagle(tree_size=N) verifies the N best nodes every step"
+    return drafting_choice("Eagle", size, steps, guesses="nodes", pays=pays, fix=fix)
 
 
 # ------------------------------------------------------------------ the head's runner

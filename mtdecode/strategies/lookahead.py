@@ -32,14 +32,19 @@ have the same shape, and a row with fewer candidates than another is padded with
 If W, N or G is left as None, it is chosen from the measured forward cost of the model on
 its device (`mtdecode.tuning`): the paper's A100 defaults (W=7, N=5, G=7, about 56 tokens
 per forward) are slower than greedy on a small CPU. When all three are left as None and no
-setting is predicted to beat greedy on the host, `Lookahead()` decodes greedily instead.
+setting is predicted to beat greedy on the host, `Lookahead()` decodes greedily instead, and
+says so: `result.stats.choices` holds the reason (`tuning.lookahead_plan`) and `generate` warns
+once with `mtdecode.GreedyFallbackWarning`; `Lookahead(W, N, G)` forces a setting. Otherwise
+the choices say which W, N and G were chosen and their predicted speed-up.
 
 When G is tuned it is the most candidates a step verifies: each row verifies only as many of
 its candidates (most recent first) as are expected to pay for their tokens in the forward
 (`DraftLength.plan_expected` in `mtdecode.drafting`), judged from how often this row's
 candidates of each rank were the accepted one and how many tokens they brought (`CandidateRecord`).
 Where the pool's candidates are seldom right, a row verifies fewer of them, down to none. The
-rule reads only earlier steps, never this step's p, so the output stays exact.
+rule reads only earlier steps, never this step's p, so the output stays exact. The choices
+then also say how many candidates the steps verified and how many row steps verified none of
+the pool's candidates because none paid (`candidate_choice`).
 """
 
 from collections import OrderedDict
@@ -49,10 +54,10 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
-from mtdecode.drafting import DraftLength
+from mtdecode.drafting import DraftLength, drafting_choice
 from mtdecode.masks import LookaheadLayout
 from mtdecode.model import left_pad
-from mtdecode.session import Session, Step
+from mtdecode.session import Choice, Session, Step
 from mtdecode.strategies.autoregressive import Autoregressive
 from mtdecode.strategies.jacobi import prompt_tokens
 from mtdecode.tensor_types import Float, Int, Tensor
@@ -85,10 +90,12 @@ class Lookahead:
                 raise ValueError(f"{name} must be None (tuned) or an integer >= {least}, got {value!r}")
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
-        settings = tuning.lookahead_settings(
+        settings, choice = tuning.lookahead_plan(
             s.target.model, self.window, self.ngram, self.guesses, prompt_pool=self.prompt_pool
         )
-        if settings is None:  # no setting is predicted to beat greedy on this host (`tuning.explain`)
+        if choice is not None:  # what the tuning chose and why, for `Stats.choices`
+            s.record_choice(choice)
+        if settings is None:  # no setting is predicted to beat greedy on this host: `choice` says why
             yield from Autoregressive().decode(s)
             return
         w, n, g = settings
@@ -101,6 +108,7 @@ class Lookahead:
         if self.guesses is None and g > 0:  # G is the most; each row verifies the candidates that pay
             rule = DraftLength(tuning.candidate_costs(s.target.model, w, n, g), s.batch, s.device)
             record = CandidateRecord(s.batch, g)
+            s.record_choice(lambda: candidate_choice(rule, n, s.steps))
         while not s.done:
             grid = window.grid(x0=s.last_tokens)  # (batch, rows, columns)
             lengths = (s.remaining - 1).clamp(min=0, max=n - 1).tolist()
@@ -194,6 +202,18 @@ def worth_trying(found: list[list[list[int]]], rule: DraftLength, record: Candid
     expected = record.expected(max(map(len, found), default=0))
     keep = rule.plan_expected(expected.to(rule.hits.device), available).tolist()
     return [row[:k] for row, k in zip(found, keep, strict=True)]
+
+
+def candidate_choice(rule: DraftLength, ngram: int, steps: list[Step]) -> Choice:
+    """What the candidate rule chose over the run (`Stats.choices`): how many candidates the steps verified, and how
+    many row steps verified none of the pool's candidates because none was expected to pay for its tokens. The
+    window still runs in those steps, so the run is never called greedy on this account."""
+    pays = (
+        f"no candidate was expected to pay for its {ngram - 1} tokens in the forward (by how often the row's "
+        "candidates of each rank were accepted so far)"
+    )
+    fix = "Lookahead(W, N, G) with G given verifies every candidate found, up to G"
+    return drafting_choice("Lookahead", rule, steps, guesses="candidates", pays=pays, fix=fix, fallback=False)
 
 
 def pad_candidates(found: list[list[list[int]]], device: torch.device) -> Int[Tensor, "batch candidate length"]:

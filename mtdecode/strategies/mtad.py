@@ -10,7 +10,8 @@ evaluations. MTAD approximates it with a small auxiliary (draft) model q:
            pair by beam weight x q(token | beam) and draw W pairs; y is the heaviest beam;
            k is fixed (`num_draft_tokens`) or, by default, each row stops where the
            heaviest beam's newest token is too unsure to pay for another depth
-           (`mtdecode.drafting`, the same rule as `Speculative`'s);
+           (`mtdecode.drafting`, the same rule as `Speculative`'s, reported alike in
+           `result.stats.choices`);
 2. verify: one target forward over [x0, y_1..y_k] gives p_1..p_{k+1};
 3. accept: the LONGEST prefix y_1..y_n with P(y_1..n) / Q(y_1..n) > tau (n = 0 if none);
            the test is deterministic: no uniform draw;
@@ -40,6 +41,7 @@ from mtdecode.drafting import DraftCosts, DraftLength, check_counts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session, Step, with_new_token
+from mtdecode.strategies.speculative import rule_choice
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 
@@ -80,6 +82,7 @@ class MTAD:
         if self.num_draft_tokens is None:
             costs = self.costs or tuning.draft_costs(s.target.model, draft.model)
             length = DraftLength(costs, s.batch, s.device)
+            s.record_choice(lambda: rule_choice("MTAD", length, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
             block, log_q, path, k = beam_draft(s, draft, k, self.beam_width, length)  # step 1
@@ -114,7 +117,7 @@ def beam_draft(
     was never fed; -1 pads), and k itself (smaller where the rule stopped a row).
     """
     if length is not None:
-        k = torch.where(length.start(), k, 0)
+        k = torch.where(length.start(possible=k > 0), k, 0)
     batch, depth = s.batch, int(k.max())
     block = torch.full((batch, depth), -1, dtype=torch.long, device=s.device)
     block_log_q = torch.zeros(batch, depth, dtype=torch.float64, device=s.device)

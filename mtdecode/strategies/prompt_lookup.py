@@ -19,7 +19,10 @@ per unit of cost (`DraftLength.plan` in `mtdecode.drafting`: copying costs nothi
 forward over 11 tokens costs more than one over 1, by the curve measured on this host), judged
 from how often this row's copied tokens at each position were accepted so far (`CopyRecord`);
 at most `max_draft_tokens`. The rule never looks at p, so the output stays exact.
-`num_draft_tokens=k` copies up to k instead.
+`num_draft_tokens=k` copies up to k instead. `result.stats.choices` says how many copied tokens
+the rule verified per step and how many row steps left a copy unverified because it did not pay
+(`copy_choice`); when every copy found was left so, the run decoded greedily and `generate` warns
+(`GreedyFallbackWarning`).
 """
 
 from collections.abc import Iterator
@@ -28,8 +31,8 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
-from mtdecode.drafting import DraftCosts, DraftLength, check_counts
-from mtdecode.session import Session, Step
+from mtdecode.drafting import DraftCosts, DraftLength, check_counts, drafting_choice
+from mtdecode.session import Choice, Session, Step
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.verification import NONE, verify_chain
 
@@ -60,6 +63,7 @@ class PromptLookup:
         if self.num_draft_tokens is None:
             length = DraftLength(self.costs or tuning.copy_costs(s.target.model), s.batch, s.device)
             record = CopyRecord(s.batch)
+            s.record_choice(lambda: copy_choice("PromptLookup", length, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens).tolist()  # the step adds one token
             copied = [lookup(tokens, self.ngram, k_b) for tokens, k_b in zip(s.tokens, k, strict=True)]  # step 1
@@ -123,6 +127,18 @@ def worth_verifying(copied: list[list[int]], length: DraftLength, record: CopyRe
     chances = record.chances(max(map(len, copied), default=0))  # (batch, longest copy)
     keep = length.plan(chances.to(length.hits.device), available).tolist()
     return [row[:n] for row, n in zip(copied, keep, strict=True)]
+
+
+def copy_choice(name: str, length: DraftLength, steps: list[Step]) -> Choice:
+    """What the rule chose over the run (`Stats.choices`), with its break-even: verifying a copy's first token pays
+    only while its chance of acceptance exceeds r (t(2) - t(1)), r the row's rate so far (`DraftLength.plan`)."""
+    added = length.costs.t(2) - length.costs.t(1)
+    pays = (
+        f"no prefix of the copy was expected to pay for its tokens in the forward (one more verified token costs "
+        f"{added:.2f} of a 1-token forward, weighed at the row's tokens per unit of cost so far)"
+    )
+    fix = f"{name}(num_draft_tokens=k) verifies up to k copied tokens every step"
+    return drafting_choice(name, length, steps, guesses="copied tokens", pays=pays, fix=fix)
 
 
 def lookup(tokens: list[int], ngram: int, k: int) -> list[int]:

@@ -18,7 +18,10 @@ How many guesses: by default each row drafts until the draft is unsure (`mtdecod
 another guess is drawn while its expected tokens per added cost, judged from q's confidence
 and the costs measured on this host, beat the step's rate so far; at most `max_draft_tokens`.
 The rule never looks at p, so the output stays exactly p (or greedy). `num_draft_tokens=k`
-fixes k instead, as in the paper.
+fixes k instead, as in the paper. `result.stats.choices` says how many guesses the rule drafted
+per step and how many row steps drafted nothing because a first guess did not pay
+(`drafting_choice`); when no row step drafted at all for that reason, the run decoded greedily
+and `generate` warns (`GreedyFallbackWarning`).
 
 In a batch every row runs these steps on its own: its own k (fewer near the end of its
 budget), its own guesses and draws, its own number of accepted guesses.
@@ -35,10 +38,10 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode import tuning
-from mtdecode.drafting import DraftCosts, DraftLength, check_counts
+from mtdecode.drafting import DraftCosts, DraftLength, check_counts, drafting_choice
 from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import RowRandom, draw
-from mtdecode.session import Session, Step, with_new_token
+from mtdecode.session import Choice, Session, Step, with_new_token
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 
@@ -73,6 +76,7 @@ class Speculative:
         if self.num_draft_tokens is None:
             costs = self.costs or tuning.draft_costs(s.target.model, draft.model)
             length = DraftLength(costs, s.batch, s.device)
+            s.record_choice(lambda: rule_choice("Speculative", length, s.steps))
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
             guesses, q, k = draft_tokens(s, draft, k, length)
@@ -82,6 +86,19 @@ class Speculative:
             if length is not None:
                 length.record(k, accepted)
             yield commit(s, draft, guesses, accepted, new_token, k)
+
+
+def rule_choice(name: str, length: DraftLength, steps: list[Step]) -> Choice:
+    """What the stopping rule chose over the run (`Stats.choices`), with its break-even: a first guess pays only
+    while the row's acceptance a exceeds (c + t(2) - t(1)) / t(1) (the rule with i = 0)."""
+    c = length.costs
+    added = c.t(2) - c.t(1)
+    pays = (
+        f"the row's acceptance so far was below the {(c.draft + added) / c.step(0):.0%} at which a first guess "
+        f"pays (a draft forward costs {c.draft:.2f} of a 1-token target forward, one more verified token {added:.2f})"
+    )
+    fix = f"{name}(draft, num_draft_tokens=k) drafts k guesses every step"
+    return drafting_choice(name, length, steps, guesses="guesses", pays=pays, fix=fix)
 
 
 def draft_tokens(
@@ -96,7 +113,7 @@ def draft_tokens(
     guesses, q_rows = [], []
     going = s.active & (k > 0)
     if length is not None:
-        going &= length.start()
+        going &= length.start(possible=going)
     drafted = torch.zeros_like(k)
     feed = s.unread(draft)  # ragged at first (prompts), then each row's x0
     while bool(going.any()):

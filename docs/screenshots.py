@@ -1,0 +1,93 @@
+"""Screenshots of the built docs site in headless Chromium, in the light and the dark scheme.
+
+    NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir build/site
+    .venv/bin/python docs/screenshots.py [build/site] [build/screenshots]
+
+It serves the site on localhost (`python -m http.server`) and saves one PNG per page and scheme in
+build/screenshots/ (Debian: `apt-get install chromium`). Chromium runs with everything that would
+reach the network switched off; the site itself loads nothing from another host (docs/check_site.py).
+"""
+
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: (file name, page): pages with math, notebooks with math, wide code and folded solutions, the course's
+#: index, and pages with figures
+PAGES = (
+    ("speculative", "strategies/speculative/"),
+    ("jacobi", "strategies/jacobi/"),
+    ("notebook-03", "tutorials/03_speculative/"),
+    ("notebook-04", "tutorials/04_jacobi_and_lookahead/"),
+    ("notebook-06", "tutorials/06_mtad/"),
+    ("tutorials", "tutorials/"),
+    ("masks", "concepts/masks/"),
+    ("benchmark", "benchmark/"),
+)
+#: Blink's preferred colour scheme: 0 is dark, 1 is light (mkdocs-material follows it on a first visit)
+SCHEMES = {"light": 1, "dark": 0}
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--window-size=1280,2000", "--virtual-time-budget=5000",
+)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve(site: Path, port: int) -> subprocess.Popen:
+    """`python -m http.server` on `site`, once it answers."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(site)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    for _ in range(50):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise RuntimeError(f"the server on port {port} did not start")
+
+
+def screenshot(chromium: str, url: str, path: Path, scheme: int) -> None:
+    """One headless Chromium screenshot of `url` into `path`, in a fresh profile."""
+    with tempfile.TemporaryDirectory() as profile:
+        flags = [*CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--blink-settings=preferredColorScheme={scheme}"]
+        subprocess.run([chromium, *flags, f"--screenshot={path}", url], check=True, capture_output=True, timeout=120)
+
+
+def main(argv: list[str]) -> int:
+    site = Path(argv[0] if argv else "build/site")
+    out = Path(argv[1] if len(argv) > 1 else "build/screenshots")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        print("no chromium on PATH (Debian: apt-get install chromium)", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    server = serve(site, port)
+    try:
+        for name, page in PAGES:
+            for scheme, value in SCHEMES.items():
+                path = out / f"{name}-{scheme}.png"
+                screenshot(chromium, f"http://127.0.0.1:{port}/{page}", path, value)
+                print(path)
+    finally:
+        server.terminate()
+        server.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
