@@ -25,6 +25,8 @@ PAGES = (
     ("notebook-04", "tutorials/04_jacobi_and_lookahead/"),
     ("notebook-06", "tutorials/06_mtad/"),
     ("tutorials", "tutorials/"),
+    ("lookahead", "strategies/lookahead/"),
+    ("eagle", "strategies/eagle/"),
     ("masks", "concepts/masks/"),
     ("benchmark", "benchmark/"),
 )
@@ -33,8 +35,13 @@ SCHEMES = {"light": 1, "dark": 0}
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--window-size=1280,2000", "--virtual-time-budget=5000",
+    "--virtual-time-budget=5000",
 )
+#: pages whose end is shot too: the notebooks' graded exercises (folded solutions, check cells) sit at the bottom,
+#: so the page is drawn in a window this tall and the picture keeps its last `EXERCISE_HEIGHT` pixels
+ENDS = (("notebook-07-exercises", "tutorials/07_your_own_strategy/", 16000),
+        ("notebook-04-exercises", "tutorials/04_jacobi_and_lookahead/", 12000))
+EXERCISE_HEIGHT = 2600
 
 
 def free_port() -> int:
@@ -60,11 +67,22 @@ def serve(site: Path, port: int) -> subprocess.Popen:
     raise RuntimeError(f"the server on port {port} did not start")
 
 
-def screenshot(chromium: str, url: str, path: Path, scheme: int) -> None:
-    """One headless Chromium screenshot of `url` into `path`, in a fresh profile."""
+def screenshot(chromium: str, url: str, path: Path, scheme: int, height: int = 2000) -> None:
+    """One headless Chromium screenshot of `url` into `path`, in a fresh profile and a 1280 x `height` window."""
     with tempfile.TemporaryDirectory() as profile:
-        flags = [*CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--blink-settings=preferredColorScheme={scheme}"]
+        flags = [*CHROMIUM_FLAGS, f"--window-size=1280,{height}", f"--user-data-dir={profile}",
+                 f"--blink-settings=preferredColorScheme={scheme}"]  # fmt: skip
         subprocess.run([chromium, *flags, f"--screenshot={path}", url], check=True, capture_output=True, timeout=120)
+
+
+def keep_bottom(path: Path, height: int) -> None:
+    """Crop a screenshot to the last `height` pixels with content (a short page leaves white below its footer)."""
+    from PIL import Image, ImageChops
+
+    with Image.open(path) as image:
+        drawn = ImageChops.difference(image.convert("RGB"), Image.new("RGB", image.size, "white")).getbbox()
+        bottom = drawn[3] if drawn else image.height
+        image.crop((0, max(0, bottom - height), image.width, bottom)).save(path)
 
 
 def main(argv: list[str]) -> int:
@@ -83,6 +101,11 @@ def main(argv: list[str]) -> int:
                 path = out / f"{name}-{scheme}.png"
                 screenshot(chromium, f"http://127.0.0.1:{port}/{page}", path, value)
                 print(path)
+        for name, page, height in ENDS:
+            path = out / f"{name}-light.png"
+            screenshot(chromium, f"http://127.0.0.1:{port}/{page}", path, SCHEMES["light"], height)
+            keep_bottom(path, EXERCISE_HEIGHT)
+            print(path)
     finally:
         server.terminate()
         server.wait()

@@ -129,14 +129,14 @@ with torch.no_grad():
     target_choice = smol.hf(sequence).logits[0, len(chat) - 1 : -1].argmax(-1)
 
 drafts = {"the target itself": smol}
-for noise in (0.02, 0.05, 0.1):
+for noise in (0.03, 0.1):
     drafts[f"target + noise {noise}"] = mtdecode.CausalLM(perturbed(smol.hf, noise, seed=0))
 drafts["shipped 4-layer draft"] = shipped
 rows = []
 for name, d in drafts.items():
     with torch.no_grad():
         agreement = float((d.hf(sequence).logits[0, len(chat) - 1 : -1].argmax(-1) == target_choice).double().mean())
-    stats = mtdecode.generate(smol, chat, Speculative(d, 3), max_new_tokens=24).stats
+    stats = mtdecode.generate(smol, chat, Speculative(d, 3), max_new_tokens=16).stats
     rows.append((name, agreement, stats.mean_accepted, stats.tokens_per_forward))
     print(
         f"{name:22}: agreement {agreement:.2f}, accepted per forward {stats.mean_accepted:.2f}, "
@@ -183,9 +183,9 @@ plt.show()
 # otherwise remove it from $p$. So Eagle is exact: at temperature 0 its tokens are greedy's.
 
 # %%
-greedy = mtdecode.generate(smol, chat, mtdecode.strategies.Autoregressive(), max_new_tokens=48)
+greedy = mtdecode.generate(smol, chat, mtdecode.strategies.Autoregressive(), max_new_tokens=32)
 for name, strategy in (("speculative, 4-layer draft", Speculative(shipped)), ("eagle, tree", Eagle(head))):
-    result = mtdecode.generate(smol, chat, strategy, max_new_tokens=48)
+    result = mtdecode.generate(smol, chat, strategy, max_new_tokens=32)
     same = result.row(0) == greedy.row(0)
     print(f"{name:28s} tokens per target forward {result.stats.tokens_per_forward:.2f}, same as greedy: {same}")
 

@@ -210,14 +210,14 @@ for name, strategy in contenders.items():
 
 # %% [markdown]
 # **Exercise 4.1.** How many Jacobi iterations did the block of 8 above need until every position equalled
-# greedy's? Put the number in `iterations` (count from the `trajectory`, not from the bound).
+# greedy's? Put the number in `iterations` (iteration 0 is the starting guess; count from the `trajectory`).
 
 # %% tags=["solution"] answer="iterations"
-# Position i is right once positions 1..i-1 are, so 8 iterations always suffice; here fewer were needed.
+# Position i is right once positions 1..i-1 are, so `block` iterations always suffice; often fewer do.
 iterations = next(i for i, row in enumerate(trajectory) if row == greedy)
 print("all right after iteration", iterations)
 
-# %% tags=["check"] wrong="iterations = block"
+# %% tags=["check"] wrong="iterations = len([row for row in trajectory if row != greedy]) + 1"
 course.check("4.1", iterations, min(i for i, row in enumerate(trajectory) if row == greedy),
              hint="find the first row of `trajectory` that equals `greedy`")  # fmt: skip
 

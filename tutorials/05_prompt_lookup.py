@@ -142,7 +142,7 @@ for tree in [trees[0]] + ([deepest] if deepest is not trees[0] else []):
 # %% [markdown]
 # ## A real speed-up, and why the separate draft does not win (SmolLM2)
 #
-# **Uses SmolLM2.** The longer code edit again, 64 new tokens, four ways: greedy, prompt lookup, EAGLE (tree
+# **Uses SmolLM2.** The longer code edit again, 40 new tokens, four ways: greedy, prompt lookup, EAGLE (tree
 # plus copy) and speculative decoding with the shipped 4-layer draft model. All four give greedy's tokens.
 # For each run the table shows
 #
@@ -166,7 +166,7 @@ runs, seconds = {}, {name: [] for name in contenders}
 for _ in range(2):  # in turns, so that a busy moment hits every contender alike
     for name, strategy in contenders.items():
         start = time.perf_counter()
-        runs[name] = figures.record_forwards(smol, code, strategy, max_new_tokens=64)
+        runs[name] = figures.record_forwards(smol, code, strategy, max_new_tokens=40)
         seconds[name].append(time.perf_counter() - start)
 cost = {name: sum(f.cost for step in steps for f in step.forwards) for name, steps in runs.items()}
 print(f"{'':28} {'tokens/forward':>14} {'cost':>7} {'vs greedy':>9} {'seconds here':>12} {'vs greedy':>9}")
@@ -223,17 +223,17 @@ course.check("5.1", copied, lookup([4, 8, 15, 16, 23, 42, 8, 15], ngram=2, k=3),
              hint="copy what came *after* the earlier occurrence of the last two tokens")  # fmt: skip
 
 # %% [markdown]
-# **Exercise 5.2.** Decode the code prompt (`prompts["code"]`, 40 new tokens) with `PromptLookup(3, 2)` and
+# **Exercise 5.2.** Decode the code prompt (`prompts["code"]`, 24 new tokens) with `PromptLookup(3, 2)` and
 # `PromptLookup(3, 20)`, and put their tokens per forward in `per_forward_2` and `per_forward_20`.
 
 # %% tags=["solution"] answer="per_forward_2, per_forward_20"
-per_forward_2 = mtdecode.generate(smol, prompts["code"], PromptLookup(3, 2), max_new_tokens=40).stats.tokens_per_forward
-per_forward_20 = mtdecode.generate(smol, prompts["code"], PromptLookup(3, 20), max_new_tokens=40).stats.tokens_per_forward
+per_forward_2 = mtdecode.generate(smol, prompts["code"], PromptLookup(3, 2), max_new_tokens=24).stats.tokens_per_forward
+per_forward_20 = mtdecode.generate(smol, prompts["code"], PromptLookup(3, 20), max_new_tokens=24).stats.tokens_per_forward
 print(f"k = 2: {per_forward_2:.2f} tokens per forward; k = 20: {per_forward_20:.2f}")
 
 # %% tags=["check"] wrong="per_forward_2, per_forward_20 = per_forward_20, per_forward_2"
 course.check("5.2", (per_forward_2, per_forward_20), tuple(
-    mtdecode.generate(smol, prompts["code"], PromptLookup(3, k), max_new_tokens=40).stats.tokens_per_forward
+    mtdecode.generate(smol, prompts["code"], PromptLookup(3, k), max_new_tokens=24).stats.tokens_per_forward
     for k in (2, 20)), tolerance=1e-9, hint="`result.stats.tokens_per_forward`, one run per k")  # fmt: skip
 
 # %% [markdown]

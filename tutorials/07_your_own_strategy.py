@@ -161,7 +161,7 @@ def verify_one_guess_fixed(s, guesses, p):
 
 
 # %% tags=["check"] wrong="verify_one_guess_fixed = verify_one_guess"
-fixed = check_sampling(strategy_decoder(EchoGuess(verify=verify_one_guess_fixed)), samples=10_000)
+fixed = check_sampling(strategy_decoder(EchoGuess(verify=verify_one_guess_fixed)), samples=5_000)
 print(fixed.summary)
 course.check_that("7.2", fixed.passed, hint="after a rejection, set p(x) to 0 before drawing")
 
