@@ -76,12 +76,19 @@ def screenshot(chromium: str, url: str, path: Path, scheme: int, height: int = 2
 
 
 def keep_bottom(path: Path, height: int) -> None:
-    """Crop a screenshot to the last `height` pixels with content (a short page leaves white below its footer)."""
-    from PIL import Image, ImageChops
+    """Crop a screenshot to the last `height` pixels of the page's content: the footer sits at the window's bottom,
+    with white between it and the content's end when the page is shorter than the window."""
+    import numpy as np
+    from PIL import Image
 
     with Image.open(path) as image:
-        drawn = ImageChops.difference(image.convert("RGB"), Image.new("RGB", image.size, "white")).getbbox()
-        bottom = drawn[3] if drawn else image.height
+        gray = np.asarray(image.convert("L"))
+        row = len(gray) - 1
+        while row > 0 and gray[row].mean() < 128:  # the dark footer
+            row -= 1
+        while row > 0 and gray[row].min() > 245:  # white below the content
+            row -= 1
+        bottom = min(len(gray), row + 40)
         image.crop((0, max(0, bottom - height), image.width, bottom)).save(path)
 
 

@@ -43,8 +43,9 @@ tuning.use_reference_costs()  # costs measured once on an idle reference host, n
 #
 # **Uses SmolLM2.** Greedy decoding of $m$ tokens solves $m$ equations, $y_i = \operatorname{argmax}_y p(y \mid \text{prompt}, y_{<i})$,
 # one after another. Jacobi iteration solves them all at once: guess all $m$, recompute every $y_i$ from the
-# current guesses in one forward pass, repeat. Position 1 is right after one pass; often several converge
-# together. Here is the whole trajectory for a block of 8, starting from guesses copied from the prompt.
+# current guesses in one forward pass, repeat. Position 1 is right after one pass, and position $i$ after at
+# most $i$ passes; more than one position per pass is right only when a guess already was. Here is the whole
+# trajectory for a block of 8, starting from guesses copied from the prompt: count how many come right per pass.
 
 # %%
 smol, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
