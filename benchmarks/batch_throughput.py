@@ -1,31 +1,47 @@
-"""Batched greedy decoding against transformers' batched `generate`, and each strategy at batch 8.
+"""Every strategy against batched greedy and transformers' batched `generate`, at batch 1 to 32.
 
-Part 1: greedy tokens/s at batch 1, 8 and 32 for `mtdecode.generate(..., Autoregressive())`
-and transformers' `generate(do_sample=False)` on the same left-padded prompts, interleaved in
-one process (who goes first alternates), on the default model. Rows stop at the end-of-turn
-token; tokens/s counts every row's tokens up to and including it.
+For each batch size B and each prompt set (`mixed`: the benchmark suite's tasks in turn; `code`: its
+code-editing prompts), one interleaved race on the default model: batched greedy
+(`Autoregressive`), transformers' `generate(do_sample=False)` on the same left-padded prompts, and
+every strategy in the registry with its defaults (the draft model where one is needed). Who goes
+first rotates from round to round, so a busy moment hits every runner alike. Rows stop at the
+end-of-turn token; tokens/s counts every row's tokens up to and including it.
 
-Part 2: at batch 8, the speed-up of every strategy in the registry over batched greedy
-(`Autoregressive`), interleaved the same way, with tokens per target forward of a row.
+For each batch it prints the measured forward costs t(B, n) / t(B, 1) that the rules weigh
+(`mtdecode.tuning.batch_seconds`), then per strategy: tokens/s, the ratio to batched greedy,
+tokens per row forward, rows identical to batched greedy's, what the strategy chose
+(`result.stats.choices`), and, where a strategy lands below 0.97x, the measurement that limits it.
 
-    python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 8 32]
+    python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 2 4 8 16 32]
+                                          [--sets mixed code] [--json build/batch.json]
 """
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 import mtdecode
+from mtdecode import tuning
 from mtdecode.bench import load_suite
 from mtdecode.strategies import REGISTRY, Autoregressive, needs_draft
 
+#: the ratio to batched greedy that every strategy's default must reach (the issue on batch goodput)
+FLOOR = 0.97
 
-def chat_prompts(tokenizer, count: int) -> list[list[int]]:
-    """`count` prompts from the benchmark suite (every task, in turn), tokenized with the chat template."""
+
+def prompt_set(tokenizer, name: str, count: int) -> list[list[int]]:
+    """`count` prompts of the suite, tokenized with the chat template: `mixed` takes every task in turn, `code` the
+    code-editing task; both repeat their prompts when `count` exceeds them."""
     tasks = load_suite()["tasks"]
-    messages = [m for task in tasks.values() for m in task["prompts"]]
+    if name == "code":
+        messages = tasks["code"]["prompts"]
+    else:
+        per_task = [task["prompts"] for task in tasks.values()]
+        messages = [m for group in zip(*per_task, strict=False) for m in group]  # chat, code, summary, math, ...
     chosen = [messages[i % len(messages)] for i in range(count)]
     return [tokenizer.apply_chat_template(m, add_generation_prompt=True)["input_ids"] for m in chosen]
 
@@ -34,99 +50,120 @@ def up_to_eos(row: list[int], eos: int) -> list[int]:
     return row[: row.index(eos) + 1] if eos in row else row
 
 
-def ours(model, prompts, new_tokens, eos, strategy=None):
-    """mtdecode, one batched call; returns each row's tokens and the row forwards."""
+def ours(model, prompts, new_tokens, eos, strategy):
+    """mtdecode, one batched call: each row's tokens and the result's stats."""
     result = mtdecode.generate(
-        model,
-        prompts,
-        strategy or Autoregressive(),
-        max_new_tokens=new_tokens,
-        eos_token_id=eos,
-        pad_token_id=eos,
-        seed=0,
+        model, prompts, strategy, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=eos, seed=0
     )
-    return [result.row(b) for b in range(len(prompts))], result.stats.row_forwards
+    return [result.row(b) for b in range(len(prompts))], result.stats
 
 
 def theirs(model, prompts, new_tokens, eos):
-    """transformers' generate on left-padded prompts; returns each row's tokens up to EOS."""
+    """transformers' generate on left-padded prompts: each row's tokens up to EOS."""
     width = max(map(len, prompts))
     ids = torch.tensor([[eos] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     out = model.hf.generate(
-        ids,
-        attention_mask=mask,
-        do_sample=False,
-        max_new_tokens=new_tokens,
-        eos_token_id=eos,
-        pad_token_id=eos,
-        top_k=None,
-        top_p=None,
-        temperature=None,
-    )
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=eos,
+        top_k=None, top_p=None, temperature=None,
+    )  # fmt: skip
     return [up_to_eos(row, eos) for row in out[:, width:].tolist()], None
 
 
 def race(runners: dict, rounds: int, label: str) -> dict:
-    """Run every runner `rounds` times, alternating who goes first; sum seconds and tokens."""
-    totals = {name: {"seconds": 0.0, "tokens": 0, "forwards": 0, "rows": None} for name in runners}
+    """Run every runner `rounds` times, rotating who goes first; sum seconds and tokens, keep the last stats."""
+    totals = {name: {"seconds": 0.0, "tokens": 0, "rows": None, "stats": None} for name in runners}
     names = list(runners)
-    for r in tqdm(range(rounds), desc=label, unit="round"):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
+    for r in tqdm(range(rounds), desc=label, unit="round", leave=False):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             start = time.perf_counter()
-            rows, forwards = runners[name]()
+            rows, stats = runners[name]()
             totals[name]["seconds"] += time.perf_counter() - start
             totals[name]["tokens"] += sum(map(len, rows))
-            totals[name]["forwards"] += forwards or 0
-            totals[name]["rows"] = rows
+            totals[name]["rows"], totals[name]["stats"] = rows, stats
     return totals
+
+
+def strategies(draft) -> dict:
+    """Every strategy of the registry with its defaults (batched greedy is the baseline)."""
+    made = {}
+    for name, cls in REGISTRY.items():
+        if name != "autoregressive":
+            made[name] = cls(draft=draft) if needs_draft(cls) else cls()
+    return made
+
+
+def cost_line(model, batch: int) -> str:
+    """t(B, n) / t(B, 1) for a few n, and t(B, 1) / t(1, 1)."""
+    one = tuning.batch_seconds(model, batch, 1)
+    curve = ", ".join(f"{n}: {tuning.batch_seconds(model, batch, n) / one:.2f}" for n in (2, 4, 8, 16, 32))
+    unit = tuning.batch_seconds(model, 1, 1)
+    return f"t({batch}, n) / t({batch}, 1): {curve}; t({batch}, 1) = {one / unit:.2f} t(1, 1)"
+
+
+def limit(name: str, stats, model, draft, batch: int) -> str:
+    """The measurement that keeps a strategy below the floor: what one more verified token (and a draft forward)
+    costs at this batch, against the acceptance the rows showed."""
+    one = tuning.batch_seconds(model, batch, 1)
+    added = tuning.batch_seconds(model, batch, 2) / one - 1
+    if needs_draft(REGISTRY[name]):
+        added += tuning.batch_seconds(draft, batch, 1) / one
+    return (
+        f"limited by t({batch}, n): a first guess costs {added:.2f} of a batched greedy step, and the rows accepted "
+        f"{stats.mean_accepted:.2f} guesses per forward"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--strategy-batch", type=int, default=8)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    parser.add_argument("--sets", nargs="+", choices=["mixed", "code"], default=["mixed", "code"])
+    parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
 
     model, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
-    eos = tokenizer.eos_token_id
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.new_tokens} new tokens per row\n")
-    ours(model, chat_prompts(tokenizer, 2), 4, eos), theirs(model, chat_prompts(tokenizer, 2), 4, eos)  # warm-up
-
-    print("batch  mtdecode tok/s  transformers tok/s  ratio  identical rows")
-    for batch in args.batches:
-        prompts = chat_prompts(tokenizer, batch)
-        runners = {
-            "mtdecode": lambda p=prompts: ours(model, p, args.new_tokens, eos),
-            "transformers": lambda p=prompts: theirs(model, p, args.new_tokens, eos),
-        }
-        t = race(runners, args.rounds, f"greedy, batch {batch}")
-        speed = {name: v["tokens"] / v["seconds"] for name, v in t.items()}
-        same = sum(a == b for a, b in zip(t["mtdecode"]["rows"], t["transformers"]["rows"], strict=True))
-        ratio = speed["mtdecode"] / speed["transformers"]
-        print(f"{batch:>5}  {speed['mtdecode']:>14.1f}  {speed['transformers']:>18.1f}  {ratio:5.2f}  {same}/{batch}")
-
-    batch = args.strategy_batch
-    prompts = chat_prompts(tokenizer, batch)
     draft = mtdecode.load_model(mtdecode.DRAFT_MODEL)
-    runners = {}
-    for name, cls in REGISTRY.items():
-        strategy = cls(draft=draft) if needs_draft(cls) else cls()
-        if name != "autoregressive":
-            ours(model, prompts[:1], 2, eos, strategy)  # warm-up (lookahead measures its forward costs once)
-        runners[name] = lambda s=strategy: ours(model, prompts, args.new_tokens, eos, s)
-    t = race(runners, args.rounds, f"strategies, batch {batch}")
-    base = t["autoregressive"]["tokens"] / t["autoregressive"]["seconds"]
-    print(f"\nbatch {batch}: strategy  tok/s  speed-up over batched greedy  tokens per row forward  identical rows")
-    for name, v in t.items():
-        speed = v["tokens"] / v["seconds"]
-        same = sum(a == b for a, b in zip(v["rows"], t["autoregressive"]["rows"], strict=True))
-        exact = "" if getattr(REGISTRY[name], "exact", True) else " (not exact by design)"
-        per_forward = v["tokens"] / v["forwards"]
-        print(f"  {name:<15} {speed:6.1f}  {speed / base:5.2f}x  {per_forward:5.2f}  {same}/{batch}{exact}")
+    eos = tokenizer.eos_token_id
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.new_tokens} new tokens per row")
+    made = strategies(draft)
+    print("measuring t(B, n) where it is not kept yet ...", flush=True)
+    for batch in args.batches:  # measured before any race (and kept on disk), so no race pays for it
+        tuning.batch_draft_costs(model, draft, batch), tuning.batch_draft_costs(model, None, batch)
+    figures = []
+    for batch in args.batches:
+        for set_name in args.sets:
+            prompts = prompt_set(tokenizer, set_name, batch)
+            for strategy in made.values():  # warm-up: lookahead's plan, EAGLE's depth cost at this batch
+                ours(model, prompts, 2, eos, strategy)
+            runners = {"greedy": lambda p=prompts: ours(model, p, args.new_tokens, eos, Autoregressive())}
+            runners["transformers"] = lambda p=prompts: theirs(model, p, args.new_tokens, eos)
+            for name, strategy in made.items():
+                runners[name] = lambda p=prompts, s=strategy: ours(model, p, args.new_tokens, eos, s)
+            t = race(runners, args.rounds, f"batch {batch}, {set_name}")
+            base = t["greedy"]["tokens"] / t["greedy"]["seconds"]
+            print(f"\n== batch {batch}, {set_name} prompts: {cost_line(model, batch)}")
+            print(f"  {'':14} {'tok/s':>7} {'vs greedy':>9} {'tok/fwd':>7} {'same':>6}  chosen")
+            for name, v in t.items():
+                speed = v["tokens"] / v["seconds"]
+                same = sum(a == b for a, b in zip(v["rows"], t["greedy"]["rows"], strict=True))
+                stats = v["stats"]
+                per_forward = "" if stats is None else f"{stats.tokens_per_forward:7.2f}"
+                chosen = "" if stats is None else "; ".join(f"{c.setting}" for c in stats.choices)
+                print(f"  {name:14} {speed:7.1f} {speed / base:8.2f}x {per_forward:>7} {same:>3}/{batch:<2}  {chosen}")
+                if name in made and speed / base < FLOOR:
+                    print(f"  {'':14} below {FLOOR}x: {limit(name, stats, model, draft, batch)}")
+                figures.append({
+                    "batch": batch, "prompts": set_name, "runner": name, "tokens_per_second": speed,
+                    "vs_greedy": speed / base, "identical_rows": same,
+                    "tokens_per_forward": None if stats is None else stats.tokens_per_forward,
+                    "choices": [f"{c.strategy}: {c.setting}: {c.reason}" for c in (stats.choices if stats else ())],
+                })  # fmt: skip
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=1))
+        print(f"\nwrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,32 @@ without drafting, and waits twice as long after each try that is rejected. The r
 those row steps (`DraftLength.declined`), and `drafting_choice` words what it chose over a run
 for `Stats.choices`: a run in which no row step drafted because no guess paid decoded greedily.
 
+**A batch's goodput.** In a batch every row's tokens go through the same forward, padded to the
+widest row, and the draft runs for every row while any row drafts: a step costs t_B(w) + (w - 1) c_B,
+with w the widest row's tokens and B the batch's rows, whatever the other rows feed. On a CPU a forward
+over B rows grows with their tokens much faster than one over a single row (`mtdecode.tuning`
+measures t(B, n)), so a guess that pays for one row can cost more than it brings in a batch. And a
+batch of prompts runs until its last row ends: a row that guesses well and ends early leaves its
+place idle, so the batch's tokens per second rise only when its slowest rows go faster. Given
+`BatchCosts` (the default, measured), the rule weighs the batch as one, by when it would end if
+every step were like this one (`DraftLength.finish`):
+
+    F(step) = T_B(step) * max over the rows in play of  m_b / E_b(step)                 (batch rule)
+
+with m_b the tokens left in row b's budget and E_b(step) the tokens row b is expected to commit in
+the step. It drafts one more guess for every row while that lowers F, and where the chances are known
+in advance it picks the width w with the lowest F (row b verifies min(w, its guesses)). Costs are in
+units of t_1(1), so that steps of any batch compare.
+
+- The first guess of a step also pays for the draft's catch-up, where the draft must first read what
+  was committed while the batch did not draft (the prompt, on the first step; `DraftLength.catch_up`).
+- A row whose guesses do not pay still verifies what the batch's width holds for it, at no extra cost.
+- When the guesses do not pay, the batch decodes at greedy cost. It tries one guess in every row after
+  `PATIENCE` such steps (twice as long after each try that did not pay) while a first guess could
+  still pay at an optimistic estimate of the rows' acceptance, so rows rejoin when guesses pay again.
+- At batch 1 the rule above decides. With `DraftCosts` (one row's), each row weighs its own steps
+  alone, as if the batch were free: then a row decodes exactly as its prompt alone.
+
 This is transformers' `assistant_confidence_threshold` (stop when the draft's confidence in
 its last guess falls below 0.4) with the threshold derived from measured costs and acceptance
 instead of fixed, and with the whole chain's survival instead of the last guess alone.
@@ -43,7 +69,8 @@ dropped after it was drawn: that would condition it on its own value, and it wou
 be a draw from q.
 """
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -90,19 +117,76 @@ class DraftCosts:
         return self.t(guesses + 1) + guesses * self.draft
 
 
+@dataclass(frozen=True)
+class BatchCosts:
+    """What a step of a whole batch costs, by the number of rows in its forwards: weighed as one (the batch's
+    goodput, see the module's docstring).
+
+    **Arguments:**
+
+    - `by_rows`: rows B -> the `DraftCosts` of forwards over B rows side by side (t_B(n): a target forward over n
+      tokens per row; c_B: a draft forward over one token per row), in units of one 1-token target forward of
+      one row, so that steps of different batches compare. Between measured numbers of rows they are
+      interpolated linearly, and continued past the largest.
+    - `margin`: how much sooner a step with guesses must be predicted to end the batch than one without, as a
+      fraction, before it counts as a gain: the costs' measured scatter and what the model leaves out (each step's
+      bookkeeping). `mtdecode.tuning.batch_draft_costs` sets it from the measurement.
+    """
+
+    by_rows: Mapping[int, DraftCosts]
+    margin: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.by_rows or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in self.by_rows):
+            raise ValueError(f"by_rows must map numbers of rows >= 1 to DraftCosts, got {dict(self.by_rows)}")
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"margin must be in [0, 1), got {self.margin}")
+
+    def at(self, rows: int) -> DraftCosts:
+        """The costs of forwards over `rows` rows."""
+        if rows in self.by_rows:
+            return self.by_rows[rows]
+        measured = sorted(self.by_rows)
+        if len(measured) == 1:
+            raise ValueError(f"costs for {rows} rows were not given, only for {measured[0]}")
+        below = max([r for r in measured if r <= rows], default=measured[0])
+        above = min([r for r in measured if r > below], default=None)
+        if above is None:
+            below, above = measured[-2], measured[-1]
+        low, high, weight = self.by_rows[below], self.by_rows[above], (rows - below) / (above - below)
+        width = max(len(low.target), len(high.target))
+        target = [low.t(n) + (high.t(n) - low.t(n)) * weight for n in range(1, width + 1)]
+        return DraftCosts(max(0.0, low.draft + (high.draft - low.draft) * weight), target)
+
+
 class DraftLength:
     """The rule above, for each row of a batch; `start` a step, ask `more` after each guess, then `record`
     (or, where the guesses' chances are known in advance, `plan` the step, then `record`).
 
     **Arguments:**
 
-    - `costs`: the measured `DraftCosts`.
+    - `costs`: the measured costs: `BatchCosts` to weigh the batch's goodput (the batch rule), or one row's
+      `DraftCosts` to weigh each row alone. At batch 1 the two are one rule.
     - `batch`: rows.
     - `device`: where the row tensors live.
+    - `remaining`: a function giving each row's tokens left in its budget (`Session.remaining`); the batch rule
+      weighs how soon the batch's last row ends by it (None: every row's alike).
     """
 
-    def __init__(self, costs: DraftCosts, batch: int, device: torch.device) -> None:
-        self.costs = costs
+    def __init__(
+        self,
+        costs: DraftCosts | BatchCosts,
+        batch: int,
+        device: torch.device,
+        remaining: Callable[[], Int[Tensor, " batch"]] | None = None,
+    ) -> None:
+        #: whether the batch is weighed as one (the batch rule); else each row alone
+        self.together = isinstance(costs, BatchCosts) and batch > 1
+        #: each row's tokens left in its budget, now (the batch rule weighs how soon the last row ends)
+        self.remaining = remaining
+        #: the batch rule's margin (`BatchCosts.margin`): guesses must end the batch this much sooner to count
+        self.margin = costs.margin if self.together else 0.0
+        self.costs = costs.at(batch) if isinstance(costs, BatchCosts) else costs
         self.hits = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # accepted guesses per bin
         self.tries = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # verified guesses per bin
         self.rested = torch.zeros(batch, dtype=torch.long, device=device)  # steps since the row last drafted
@@ -112,51 +196,100 @@ class DraftLength:
         self.spent = torch.ones(batch, dtype=torch.float64, device=device)
         # row steps that could have drafted but drafted nothing because no guess paid (for `Stats.choices`)
         self.declined = torch.zeros((), dtype=torch.long, device=device)
+        # the batch rule's own record: the batch's tokens and costs so far (one greedy step as the prior), and its
+        # steps without drafting and its patience (the rows' move in step with them)
+        self.batch_gained, self.batch_spent = float(batch), self.costs.step(0)
+        self.batch_rested, self.batch_patience = 0, PATIENCE
+        self.playing = torch.ones(batch, dtype=torch.bool, device=device)  # the rows that take part in this step
         self.start()
 
     def start(
-        self, upcoming: Float[Tensor, " batch"] | None = None, possible: Bool[Tensor, " batch"] | None = None
+        self,
+        upcoming: Float[Tensor, " batch"] | None = None,
+        possible: Bool[Tensor, " batch"] | None = None,
+        unread: int = 1,
     ) -> Bool[Tensor, " batch"]:
         """A new step, no guess drafted yet: which rows should draft a first guess (the rule with i = 0,
         pi_0 = 1, E(0) = 1, T(0) = 1: a draft whose acceptance cannot pay for a guess is not used).
         `upcoming`: the first guess's chance of acceptance where it is known before drafting (default: a).
         `possible`: the rows that may draft this step (unfinished, with room in their budget); those the rule
-        stops are counted in `declined` (None: nothing is counted)."""
+        stops are counted in `declined` (None: nothing is counted). `unread`: the tokens the draft must read
+        before its first guess (the widest row's: the prompt at first, then what was committed while the batch
+        did not draft); with the batch rule the first guess pays for that catch-up too (`catch_up`)."""
         batch, device = self.hits.shape[0], self.hits.device
         self.survive = torch.ones(batch, dtype=torch.float64, device=device)  # pi_i
         self.expected = torch.ones(batch, dtype=torch.float64, device=device)  # E(i)
         self.confidences: list[Float[Tensor, " batch"]] = []
         self.upcoming = upcoming
-        pays = self.pays()
-        self.probing = ~pays & (self.rested >= self.patience)  # a rested row tries one guess
+        # copies: the caller goes on to narrow its own mask in place
+        self.playing = torch.ones(batch, dtype=torch.bool, device=device) if possible is None else possible.clone()
+        self.going = self.playing.clone()
+        self.setup = self.catch_up(unread) if self.together else 0.0
+        if self.together:  # the batch rule: every row in play drafts, or none
+            pays = self.pays().expand(batch)
+            self.probing = self.playing & ~pays & self.batch_may_try()
+        else:
+            pays = self.pays()
+            self.probing = ~pays & (self.rested >= self.patience)  # a rested row tries one guess
         if possible is not None:
             self.declined += (possible & ~pays & ~self.probing).sum()
+        self.going = self.playing & (pays | self.probing)
         return pays | self.probing
 
     def more(
-        self, confidence: Float[Tensor, " batch"] | float, upcoming: Float[Tensor, " batch"] | None = None
+        self,
+        confidence: Float[Tensor, " batch"] | float,
+        upcoming: Float[Tensor, " batch"] | None = None,
+        rows: Bool[Tensor, " batch"] | None = None,
     ) -> Bool[Tensor, " batch"]:
         """After guess i, drawn with the draft's `confidence` in it (one number for every row where the
         guesses carry none): which rows should draft guess i + 1. `upcoming`: guess i + 1's chance of
-        acceptance where it is known before drafting it (default: the row's acceptance a)."""
+        acceptance where it is known before drafting it (default: the row's acceptance a). `rows`: the rows
+        that drew guess i and may draw another (within their budget; default: those still drafting), which
+        the batch rule weighs."""
         if isinstance(confidence, float):
             confidence = torch.full_like(self.survive, confidence)
         confidence = confidence.double().clamp(0, 1)
         self.upcoming = upcoming
         self.confidences.append(confidence)
         self.survive = self.survive * self.calibrated(confidence)  # pi_i = pi_{i-1} * P(guess i accepted)
-        self.expected = self.expected + self.survive  # E(i)
-        return self.pays()
+        if self.together:  # the rows that drew guess i: their E(i) grows, the others' stays (their place counts)
+            self.expected = self.expected + torch.where(self.going, self.survive, 0.0)  # E(i)
+        else:  # a row that drew nothing is not asked about
+            self.expected = self.expected + self.survive
+        if rows is not None:
+            self.going = self.going & rows
+        pays = self.pays()
+        if self.together:
+            self.going = self.going & pays
+        return pays
 
     def pays(self) -> Bool[Tensor, " batch"]:
-        """(rule) for guess i + 1, i the guesses drafted so far."""
+        """(rule) for guess i + 1, i the guesses drafted so far; with the batch rule, (batch rule) over the rows
+        still drafting, the same answer for every row."""
         i = len(self.confidences)
         added = self.costs.draft + self.costs.t(i + 2) - self.costs.t(i + 1)
         a = self.acceptance() if self.upcoming is None else self.upcoming.to(self.survive)
+        if self.together:  # (batch rule): the batch's finish with guess i + 1 against without it
+            added += self.setup if i == 0 else 0.0
+            gain = torch.where(self.going, self.survive * a, 0.0)  # each row's expected extra tokens from guess i + 1
+            spent = self.costs.step(i) + (self.setup if i > 0 else 0.0)
+            device = self.expected.device
+            now = self.finish(self.expected[:, None], torch.tensor([spent], dtype=torch.float64, device=device))
+            more = self.finish(
+                (self.expected + gain)[:, None], torch.tensor([spent + added], dtype=torch.float64, device=device)
+            )
+            pays = bool(more < now * (1 - self.margin)) and (i == 0 or not bool(self.probing.any()))
+            return torch.full_like(self.going, pays)
         pays = self.survive * a * self.costs.step(i) > self.expected * added
         return pays & ~self.probing if i > 0 else pays  # a try is one guess
 
-    def plan(self, chances: Float[Tensor, "batch guesses"], available: Int[Tensor, " batch"]) -> Int[Tensor, " batch"]:
+    def plan(
+        self,
+        chances: Float[Tensor, "batch guesses"],
+        available: Int[Tensor, " batch"],
+        rows: Bool[Tensor, " batch"] | None = None,
+    ) -> Int[Tensor, " batch"]:
         """A step whose guesses' chances are all known before any is verified: how many of row b's guesses to
         verify, the k <= `available[b]` that maximises E(k) - r T(k), r being the row's rate so far (tokens per
         unit of cost over its recorded steps; 1 before any); k = 0 (none) scores 1 - r, and the fewest guesses
@@ -170,30 +303,106 @@ class DraftLength:
         chances = chances.double().clamp(0, 1)
         survive = self.calibrated(chances).cumprod(1)  # (batch, guesses): pi_1..pi_width
         ones = torch.ones(batch, 1, dtype=torch.float64, device=chances.device)
-        k = self.plan_expected(torch.cat([ones, 1 + survive.cumsum(1)], dim=1), available)  # E(0..width)
+        k = self.plan_expected(torch.cat([ones, 1 + survive.cumsum(1)], dim=1), available, rows)  # E(0..width)
         self.confidences = list(chances.unbind(1))  # `record` counts those of guesses 1..k that were judged
         return k
 
     def plan_expected(
-        self, expected: Float[Tensor, "batch options"], available: Int[Tensor, " batch"]
+        self,
+        expected: Float[Tensor, "batch options"],
+        available: Int[Tensor, " batch"],
+        rows: Bool[Tensor, " batch"] | None = None,
     ) -> Int[Tensor, " batch"]:
         """`plan` given E(0), E(1), ... per row directly (for guesses that are not a chain, such as lookahead's
         candidates, whose expected tokens the caller models): the k <= `available[b]` that maximises
         E(k) - r T(k). No confidences are recorded for calibration. A row with guesses available that plans none
-        is counted in `declined`."""
+        is counted in `declined`. With the batch rule: the width w with which the batch would end soonest (`finish`,
+        over the rows in play, `rows`, default all; E_b(min(w, available[b])) per row); row b verifies
+        min(w, available[b])."""
         width = expected.shape[1] - 1
         device = expected.device
+        available = available.to(device)
         cost = self.step_costs(range(width + 1)).to(device)  # T(0..width)
-        beyond = torch.arange(width + 1, device=device) > available.to(device)[:, None]
+        self.playing = torch.ones_like(available, dtype=torch.bool) if rows is None else rows.to(device).clone()
+        self.confidences = []
+        if self.together:
+            widths = torch.arange(width + 1, device=device)
+            upto = torch.minimum(widths, available.clamp(max=width)[:, None])  # (batch, options): what each verifies
+            ends = self.finish(expected.double().gather(1, upto), cost)  # (options,)
+            best = int(ends.argmin())  # the first of equals
+            best = best if ends[best] < ends[0] * (1 - self.margin) else 0
+            could = (available > 0) & self.playing
+            probe = best == 0 and bool(could.any()) and self.batch_may_try()
+            self.probing = could & probe
+            self.declined += (could & (best == 0) & ~self.probing).sum().to(self.declined)
+            return available.clamp(max=1 if probe else best) * self.playing
+        beyond = torch.arange(width + 1, device=device) > available[:, None]
         rate = self.rate()[:, None]  # (batch, 1)
         k = (expected.double() - rate * cost).masked_fill(beyond, -torch.inf).argmax(1)  # the first of equals
-        self.probing = (k == 0) & (available.to(device) > 0) & (self.rested >= self.patience)
-        self.declined += ((k == 0) & (available.to(device) > 0) & ~self.probing).sum().to(self.declined)
-        self.confidences = []
+        self.probing = (k == 0) & (available > 0) & (self.rested >= self.patience)
+        self.declined += ((k == 0) & (available > 0) & ~self.probing).sum().to(self.declined)
         return torch.where(self.probing, 1, k)
 
+    def batch_may_try(self) -> bool:
+        """Whether a batch that drafts nothing should try one guess in every row: it has rested `PATIENCE` steps
+        (more after tries that did not pay), and a first guess could still pay at an optimistic acceptance, the
+        rows' pooled rate plus two standard errors (a try teaches the rule about every row at once, so after one
+        or two tries that did not pay, a batch whose guesses cannot pay stops trying)."""
+        if self.batch_rested < self.batch_patience:
+            return False
+        tries, hits = float(self.tries.sum()), float(self.hits.sum())  # every row's
+        a = (hits + 1) / (tries + 2)
+        optimistic = a + 2 * math.sqrt(a * (1 - a) / (tries + 2))
+        added = self.costs.draft + self.costs.t(2) - self.costs.t(1) + self.setup
+        return optimistic * self.costs.step(0) * (1 - self.margin) > added
+
+    def catch_up(self, unread: int) -> float:
+        """What the draft's first forward of a step costs beyond one token per row when it must read `unread` tokens
+        per row first: c (t(unread) / t(1) - 1), the draft's forward taken to grow with its tokens as the target's
+        does."""
+        return self.costs.draft * (self.costs.t(max(unread, 1)) / self.costs.t(1) - 1)
+
+    def worth(
+        self,
+        gain: Float[Tensor, " batch"],
+        cost: float,
+        rows: Bool[Tensor, " batch"],
+        expected: Float[Tensor, " batch"] | None = None,
+        spent: float = 1.0,
+    ) -> Bool[Tensor, " batch"]:
+        """Whether work of `cost` (units of a 1-token target forward of one row) that adds `gain[b]` expected
+        tokens to row b pays, for each of `rows`: row b's gain beats its rate so far times the cost; with the batch
+        rule, the batch finishes sooner with it (`finish`, the step so far making `expected[b]` tokens in row b at
+        a cost of `spent`; the same answer for every row). (`Eagle` asks this before growing its trees one more
+        depth.)"""
+        if self.together:
+            expected = torch.ones_like(gain) if expected is None else expected.double()
+            costs = torch.tensor([spent, spent + cost], dtype=torch.float64, device=gain.device)
+            both = torch.stack([expected, expected + torch.where(rows, gain.double(), 0.0)], dim=1)  # (batch, 2)
+            now, more = self.finish(both, costs, rows).tolist()
+            return rows & (more < now * (1 - self.margin))
+        return rows & (gain > self.rate() * cost)
+
+    def finish(
+        self,
+        expected: Float[Tensor, "batch options"],
+        cost: Float[Tensor, " options"],
+        rows: Bool[Tensor, " batch"] | None = None,
+    ) -> Float[Tensor, " options"]:
+        """The batch's time to its last row's end if every step were like this one, for each option: the step's
+        `cost` times the most steps any row in play (`rows`, default those of this step) still needs, its remaining
+        budget over its `expected` tokens per step. A batch runs until its last row ends, so a row that guesses
+        well but finishes early leaves its place idle: what counts is how soon the slowest row ends."""
+        rows = self.playing if rows is None else rows
+        left = self.remaining().double().clamp(min=1) if self.remaining is not None else torch.ones_like(expected[:, 0])
+        steps = torch.where(rows[:, None], left.to(expected)[:, None] / expected.clamp(min=1e-9), 0.0)
+        return cost.to(expected) * steps.max(0).values
+
     def rate(self) -> Float[Tensor, " batch"]:
-        """Each row's tokens per unit of cost over its recorded steps (1 before any)."""
+        """Each row's tokens per unit of cost over its recorded steps (1 before any); with the batch rule, the
+        batch's, R, for every row."""
+        if self.together:
+            return torch.full_like(self.gained, self.batch_gained / self.batch_spent)
         return self.gained / self.spent
 
     def step_costs(self, guesses: Sequence[int]) -> Float[Tensor, " steps"]:
@@ -201,15 +410,28 @@ class DraftLength:
         return torch.tensor([self.costs.step(k) for k in guesses], dtype=torch.float64, device="cpu")
 
     def calibrated(self, confidence: Float[Tensor, "batch ..."]) -> Float[Tensor, "batch ..."]:
-        """P(accepted | confidence), from this row's history in the confidence's bin, starting at the confidence."""
+        """P(accepted | confidence), from this row's history in the confidence's bin, starting at the confidence
+        (with the batch rule, from every row's: the rows share the draft and the target, so the batch learns how
+        far to trust the draft's confidence as many times faster as it has rows)."""
         columns = bin_of(confidence).reshape(confidence.shape[0], -1)  # (batch, guesses)
-        hits = self.hits.gather(1, columns).reshape(confidence.shape)
-        tries = self.tries.gather(1, columns).reshape(confidence.shape)
+        hits, tries = self.record_of_rows()
+        hits = hits.gather(1, columns).reshape(confidence.shape)
+        tries = tries.gather(1, columns).reshape(confidence.shape)
         return (hits + PRIOR * confidence) / (tries + PRIOR)
 
     def acceptance(self) -> Float[Tensor, " batch"]:
-        """The row's acceptance rate so far (one accepted and one rejected guess as a prior)."""
-        return (self.hits.sum(1) + 1) / (self.tries.sum(1) + 2)
+        """The row's acceptance rate so far (one accepted and one rejected guess as a prior; with the batch rule,
+        the rows' together)."""
+        hits, tries = self.record_of_rows()
+        return (hits.sum(1) + 1) / (tries.sum(1) + 2)
+
+    def record_of_rows(self) -> tuple[Float[Tensor, "batch bins"], Float[Tensor, "batch bins"]]:
+        """Accepted and verified guesses per confidence bin, per row: each row's own, or with the batch rule the
+        rows' pooled, the same for every row."""
+        if not self.together:
+            return self.hits, self.tries
+        pooled = (self.hits.sum(0, keepdim=True).expand_as(self.hits), self.tries.sum(0, keepdim=True))
+        return pooled[0], pooled[1].expand_as(self.tries)
 
     def record(
         self,
@@ -218,7 +440,10 @@ class DraftLength:
         extra_cost: float | Float[Tensor, " batch"] = 0.0,
     ) -> None:
         """After verification: guesses 1..accepted were accepted, guess accepted + 1 (if drafted) was not.
-        `extra_cost`: what the step cost besides T(drafted) (a tree's drafting, in `Eagle`), for the row's rate."""
+        `extra_cost`: what the step cost besides T(drafted) (a tree's drafting, in `Eagle`), for the row's rate
+        (with the batch rule, the batch's: the largest row's, for the work runs for every row)."""
+        if self.together:
+            self.record_batch(drafted, accepted, extra_cost)
         drew = drafted > 0
         self.patience = torch.where(
             self.probing & drew, torch.where(accepted > 0, PATIENCE, 2 * self.patience), self.patience
@@ -233,6 +458,28 @@ class DraftLength:
         tried = (position <= accepted[:, None]) & (position < drafted[:, None])
         hit = position < accepted[:, None]
         self.calibrate(confidence, tried, hit)
+
+    def record_batch(
+        self,
+        drafted: Int[Tensor, " batch"],
+        accepted: Int[Tensor, " batch"],
+        extra_cost: float | Float[Tensor, " batch"],
+    ) -> None:
+        """The batch rule's record: the step's tokens over the rows in play, its cost at the widest row, and the
+        batch's patience (reset by a try whose accepted guesses paid for the guess, doubled by one that did not)."""
+        playing = self.playing
+        width = int(drafted[playing].max()) if bool(playing.any()) else 0
+        extra = float(extra_cost.max()) if isinstance(extra_cost, torch.Tensor) else float(extra_cost)
+        self.batch_gained += float((accepted.double() + 1)[playing].sum())
+        self.batch_spent += self.costs.step(width) + extra
+        if width == 0:
+            self.batch_rested += 1
+            return
+        if bool(self.probing.any()):
+            added = self.costs.draft + self.costs.t(2) - self.costs.t(1)
+            paid = float(accepted[playing].sum()) * self.costs.step(0) > float(playing.sum()) * added
+            self.batch_patience = PATIENCE if paid else 2 * self.batch_patience
+        self.batch_rested = 0
 
     def calibrate(
         self,

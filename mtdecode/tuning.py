@@ -36,7 +36,7 @@ import weakref
 import torch
 
 from mtdecode import store
-from mtdecode.drafting import DraftCosts
+from mtdecode.drafting import BatchCosts, DraftCosts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.session import Choice
 
@@ -51,6 +51,15 @@ PROMPT_POOL_HIT_RATE = 0.25
 CONTEXT = 256
 #: the search space of `choose`
 MAX_WINDOW, MAX_NGRAM, MAX_GUESSES = 16, 8, 16
+#: numbers of rows at which a batch's forward cost t(B, n) is measured; other batch sizes are interpolated
+ROWS = (1, 2, 4, 8, 16, 32)
+#: what a batch's step spends besides its forwards (verification, cache roll-back, the rule, Python), as a fraction
+#: of the step: `benchmarks/step_overhead.py` measured 2 to 5% of a 1-token forward per step; a batch's guesses must
+#: be predicted to end it sooner by more than this and the costs' scatter (`batch_margin`)
+BOOKKEEPING = 0.05
+#: the most tokens (rows x new tokens) in one timed forward of a batch: past it a forward's cost grows in
+#: proportion to its tokens (every core is busy), so the last measured slope is continued instead
+MOST_TOKENS = 1024
 
 #: model -> device -> (fastest seconds per size, scatter per size), as read from `mtdecode.store`
 _COSTS: "weakref.WeakKeyDictionary[CausalLM, dict[str, tuple[dict[int, float], dict[int, float]]]]" = (
@@ -67,32 +76,41 @@ def use_reference_costs() -> None:
     _COSTS.clear()  # costs already read in this process came from the host
 
 
-def forward_costs(model: CausalLM, *, context: int = CONTEXT, repeats: int = 5) -> dict[int, float]:
-    """Seconds of one forward over n new tokens after a `context`-token cache, then the cache rolled back to keep
-    one of them as a verifying step does (the fastest of `repeats`), for n in `SIZES` (`context` is cut to what
-    the model can attend over).
+def forward_costs(
+    model: CausalLM, *, rows: int = 1, context: int = CONTEXT, repeats: int | None = None
+) -> dict[int, float]:
+    """Seconds of one forward over n new tokens per row, for `rows` rows side by side, after a `context`-token
+    cache per row, then the cache rolled back to keep one of them as a verifying step does (the fastest of
+    `repeats`, 5), for n in `SIZES` (for several rows, the sizes up to 4 and those of at
+    most `MOST_TOKENS` tokens in all; `context` is cut to what the model can attend over). t(B, n) of the issue on
+    batch goodput is `forward_costs(model, rows=B)[n]`.
 
-    Measured once per model architecture, dtype, device and host, and kept on disk (`mtdecode.store`): every
-    later call, in this process or another, gets the same numbers, so the rules that weigh them make the same
-    choices and a seeded run repeats.
+    Measured once per model architecture, dtype, device, host and number of rows, and kept on disk
+    (`mtdecode.store`): every later call, in this process or another, gets the same numbers, so the rules that weigh
+    them make the same choices and a seeded run repeats.
     """
-    return _measured(model, context, repeats)[0]
+    return _measured(model, context, repeats, rows)[0]
 
 
-def scatter(model: CausalLM) -> dict[int, float]:
+def scatter(model: CausalLM, *, rows: int = 1) -> dict[int, float]:
     """How far the median of `forward_costs`' repeats lies above the fastest, relative to it, per size: the
     measurement's own uncertainty on this host (noise only ever adds time)."""
-    return _measured(model, CONTEXT, 5)[1]
+    return _measured(model, CONTEXT, None, rows)[1]
 
 
-def _measured(model: CausalLM, context: int, repeats: int) -> tuple[dict[int, float], dict[int, float]]:
+def _measured(
+    model: CausalLM, context: int, repeats: int | None, rows: int = 1
+) -> tuple[dict[int, float], dict[int, float]]:
+    repeats = repeats or 5
     per_device = _COSTS.setdefault(model, {})
-    key = f"{model.device} {context} {repeats}"
+    key = f"{model.device} {context} {repeats} {rows}"
     if key not in per_device:
         what = {"model": store.module_key(model.hf), "host": store.host_key(), "context": context, "repeats": repeats}
+        if rows > 1:  # one row keeps the key it always had, so what was kept (and the reference costs) stays valid
+            what["rows"] = rows
 
         def measure() -> dict:
-            costs, spread = _measure(model, context, repeats)
+            costs, spread = _measure(model, context, repeats, rows)
             return {"costs": costs, "scatter": spread}
 
         value = store.kept("forward", what, measure)
@@ -105,18 +123,25 @@ def kept_seconds(kind: str, key: dict, measure) -> float:
     return store.kept(kind, {**key, "host": store.host_key()}, lambda: {"seconds": measure()})["seconds"]
 
 
-def _measure(model: CausalLM, context: int, repeats: int) -> tuple[dict[int, float], dict[int, float]]:
-    context = max(1, min(context, model.max_length - max(SIZES)))
+def measured_sizes(rows: int) -> list[int]:
+    """The numbers of new tokens per row whose forward cost is measured for `rows` rows."""
+    return [n for n in SIZES if rows == 1 or n <= 4 or rows * n <= MOST_TOKENS]
+
+
+def _measure(model: CausalLM, context: int, repeats: int, rows: int = 1) -> tuple[dict[int, float], dict[int, float]]:
+    sizes = measured_sizes(rows)
+    context = max(1, min(context, model.max_length - max(sizes)))
     generator = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, model.vocab_size, (context + max(SIZES),), generator=generator, device="cpu").tolist()
-    times: dict[int, list[float]] = {n: [] for n in SIZES}
+    tokens = torch.randint(0, model.vocab_size, (rows, context + max(sizes)), generator=generator, device="cpu")
+    tokens = tokens.to(model.device)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
     runner = Runner(model, "tuning")
-    runner.extend(tokens[:context])
+    runner.extend(tokens[:, :context])
     runner.cache.commit()
     for _ in range(repeats):
-        for n in SIZES:  # interleaved, so a busy moment on the machine hits every size alike
+        for n in sizes:  # interleaved, so a busy moment on the machine hits every size alike
             start = time.perf_counter()
-            runner.extend(tokens[context : context + n], logits_to_keep=n)
+            runner.extend(tokens[:, context : context + n], logits_to_keep=n)
             runner.cache.crop(context + 1)  # one new entry kept, the others dropped (n = 1: kept as it is)
             times[n].append(time.perf_counter() - start)
             runner.cache.crop(context)
@@ -126,12 +151,78 @@ def _measure(model: CausalLM, context: int, repeats: int) -> tuple[dict[int, flo
     return fastest, {n: statistics.median(t) / fastest[n] - 1 for n, t in times.items()}
 
 
-def margin(model: CausalLM, tokens: int) -> float:
+def margin(model: CausalLM, tokens: int, *, rows: int = 1) -> float:
     """How much a predicted speed-up must exceed 1 to be a gain: the scatter of t(1) plus that of t(tokens) (at
-    the nearest measured size at or above it)."""
-    spread = scatter(model)
-    size = min([n for n in spread if n >= tokens], default=max(spread))
-    return spread[1] + spread[size]
+    the nearest measured size at or above it), for `rows` rows (the larger of the neighbouring measured ones)."""
+    measured = [r for r in ROWS if r >= rows][:1] or [ROWS[-1]]
+    measured += [r for r in ROWS if r < rows][-1:]
+    total = 0.0
+    for r in measured:
+        spread = scatter(model) if r == 1 else scatter(model, rows=r)
+        size = min([n for n in spread if n >= tokens], default=max(spread))
+        total = max(total, spread[1] + spread[size])
+    return total
+
+
+def batch_seconds(model: CausalLM, rows: int, tokens: int) -> float:
+    """t(rows, tokens): seconds of a forward over `tokens` new tokens in each of `rows` rows, measured at the
+    neighbouring numbers of rows in `ROWS` and interpolated linearly between them (continued past the largest);
+    between measured sizes, and past the largest measured for that many rows, as `relative_cost` does."""
+    if rows in ROWS:
+        costs = forward_costs(model) if rows == 1 else forward_costs(model, rows=rows)
+        return relative_cost(costs, tokens) * costs[1]
+    below = max(r for r in ROWS if r <= rows)
+    above = min([r for r in ROWS if r >= rows], default=None)
+    if above is None:  # past the largest: continue the last segment's slope
+        below, above = ROWS[-2], ROWS[-1]
+    low, high = batch_seconds(model, below, tokens), batch_seconds(model, above, tokens)
+    return low + (high - low) * (rows - below) / (above - below)
+
+
+def batch_relative(model: CausalLM, rows: int, tokens: int) -> float:
+    """t(rows, tokens) / t(1, 1): a batch's forward in units of a 1-token forward of one row (for one row, exactly
+    `relative_cost`)."""
+    costs = forward_costs(model)
+    if rows == 1:
+        return relative_cost(costs, tokens)
+    return batch_seconds(model, rows, tokens) / costs[1]
+
+
+def batch_forward_costs(model: CausalLM, rows: int) -> dict[int, float]:
+    """`forward_costs` for `rows` rows at every size of `SIZES` (`batch_seconds`): what `choose` weighs for a batch."""
+    if rows == 1:
+        return forward_costs(model)
+    return {n: batch_seconds(model, rows, n) for n in SIZES}
+
+
+def batch_curve(model: CausalLM, rows: int, longest: int, *, planned: bool = True) -> list[float]:
+    """t(rows, 1..longest) in units of t(1, 1), a 1-token forward of one row: the batch's step costs. `planned`:
+    never cheaper than fewer tokens, as `cost_curve` plans them; else as measured (`measured_curve`)."""
+    measured = [batch_relative(model, rows, n) for n in range(1, longest + 1)]
+    return [max(measured[: n + 1]) for n in range(len(measured))] if planned else measured
+
+
+def batch_draft_costs(target: CausalLM, draft: CausalLM | None, rows: int, *, longest: int = 32) -> BatchCosts:
+    """The `BatchCosts` of a batch of `rows` rows, measured on this host, in units of t(1, 1): the target's forwards
+    over 1..`longest` tokens per row and a draft forward over one token per row (`draft` None: guesses that cost
+    nothing to make, with the curve as measured, as `copy_costs`). One row's are `draft_costs`' (or `copy_costs`')."""
+    if draft is None:
+        costs = DraftCosts(0.0, batch_curve(target, rows, longest, planned=False))
+    else:
+        costs = DraftCosts(batch_seconds(draft, rows, 1) / forward_costs(target)[1], batch_curve(target, rows, longest))
+    return BatchCosts({rows: costs}, margin=batch_margin(target, rows))
+
+
+def batch_margin(model: CausalLM, rows: int) -> float:
+    """How much sooner guesses must be predicted to end a batch of `rows` rows before they count (`BatchCosts.margin`):
+    `BOOKKEEPING` for what the cost model leaves out, plus the scatter of the measured t(rows, 1) and t(rows, 2)
+    (`margin`); 0 for one row, whose rule weighs its rate instead. `MTDECODE_BATCH_MARGIN` in the environment can
+    override it (a number in [0, 1))."""
+    if rows == 1:
+        return 0.0
+    if "MTDECODE_BATCH_MARGIN" in os.environ:
+        return float(os.environ["MTDECODE_BATCH_MARGIN"])
+    return min(0.5, BOOKKEEPING + margin(model, 2, rows=rows))
 
 
 def relative_cost(costs: dict[int, float], tokens: int) -> float:
@@ -160,12 +251,13 @@ def copy_costs(target: CausalLM, *, longest: int = 32) -> DraftCosts:
     return DraftCosts(draft=0.0, target=measured_curve(target, longest))
 
 
-def candidate_costs(model: CausalLM, window: int, ngram: int, guesses: int) -> DraftCosts:
-    """What a lookahead step costs with 0, 1, ..., `guesses` candidates verified, in units of a 1-token forward (as
-    `DraftCosts.target`, indexed by candidates: `step(g)` is the forward over x0, the window's (W + g)(N - 1) - 1
-    other cells and g candidates of N - 1 tokens), as measured on this host."""
-    costs = forward_costs(model)
-    return DraftCosts(draft=0.0, target=[relative_cost(costs, (window + g) * (ngram - 1)) for g in range(guesses + 1)])
+def candidate_costs(model: CausalLM, window: int, ngram: int, guesses: int, *, rows: int = 1) -> BatchCosts:
+    """What a lookahead step of `rows` rows costs with 0, 1, ..., `guesses` candidates verified, in units of a
+    1-token forward of one row (as `DraftCosts.target`, indexed by candidates: `step(g)` is the forward over x0, the
+    window's (W + g)(N - 1) - 1 other cells and g candidates of N - 1 tokens, in every row), as measured on this
+    host."""
+    steps = [batch_relative(model, rows, (window + g) * (ngram - 1)) for g in range(guesses + 1)]
+    return BatchCosts({rows: DraftCosts(draft=0.0, target=steps)}, margin=batch_margin(model, rows))
 
 
 def cost_curve(model: CausalLM, longest: int) -> list[float]:
@@ -218,18 +310,31 @@ def choose(
 
 
 def lookahead_settings(
-    model: CausalLM, window: int | None, ngram: int | None, guesses: int | None, *, prompt_pool: bool = False
+    model: CausalLM,
+    window: int | None,
+    ngram: int | None,
+    guesses: int | None,
+    *,
+    prompt_pool: bool = False,
+    rows: int = 1,
 ) -> tuple[int, int, int] | None:
-    """(W, N, G): the values given, and for any left as None the best choice for this model and device.
+    """(W, N, G): the values given, and for any left as None the best choice for this model and device, for a
+    batch of `rows` rows (its forward costs t(rows, n) against batched greedy's t(rows, 1)).
 
     None when all three were left to the tuning and no setting is predicted to beat greedy here:
     the caller should decode greedily (`lookahead_plan` says why).
     """
-    return lookahead_plan(model, window, ngram, guesses, prompt_pool=prompt_pool)[0]
+    return lookahead_plan(model, window, ngram, guesses, prompt_pool=prompt_pool, rows=rows)[0]
 
 
 def lookahead_plan(
-    model: CausalLM, window: int | None, ngram: int | None, guesses: int | None, *, prompt_pool: bool = False
+    model: CausalLM,
+    window: int | None,
+    ngram: int | None,
+    guesses: int | None,
+    *,
+    prompt_pool: bool = False,
+    rows: int = 1,
 ) -> tuple[tuple[int, int, int] | None, Choice | None]:
     """`lookahead_settings` and the `Choice` that says what was chosen and why, for `Stats.choices`.
 
@@ -240,11 +345,12 @@ def lookahead_plan(
     """
     if window is not None and ngram is not None and guesses is not None:
         return (window, ngram, guesses), None
-    costs = forward_costs(model)
+    costs = batch_forward_costs(model, rows)
     w, n, g = choose(costs, window, ngram, guesses, prompt_pool=prompt_pool)
     speed = predicted_speedup(costs, w, n, g, prompt_pool=prompt_pool)
     size = (w + g) * (n - 1)
-    noise = margin(model, size)
+    noise = margin(model, size, rows=rows)
+    here = "on this host" if rows == 1 else f"for a batch of {rows} rows on this host"
     values = {"W": (w, window), "N": (n, ngram), "G": (g, guesses)}  # chosen, given
     setting = ", ".join(f"{k}={v}" + (" (given)" if given is not None else "") for k, (v, given) in values.items())
     if window is None and ngram is None and guesses is None and speed <= 1 + noise:
@@ -252,10 +358,11 @@ def lookahead_plan(
         reason = (
             f"its best setting W={w}, N={n}, G={g} is predicted at only {speed:.2f}x greedy, within the "
             f"measurement's scatter of {noise:.0%} of 1, because a forward over {size} tokens costs "
-            f"{relative_cost(costs, size):.2f}x one token on this host; {forced} forces it"
+            f"{relative_cost(costs, size):.2f}x one token {here}; {forced} forces it"
         )
         return None, Choice("Lookahead", "decodes greedily", reason, greedy=True)
-    reason = f"predicted {speed:.2f}x greedy on this host's forward costs, beyond their {noise:.0%} scatter"
+    greedy = "greedy on this host's forward costs" if rows == 1 else f"batched greedy on this host's t({rows}, n)"
+    reason = f"predicted {speed:.2f}x {greedy}, beyond their {noise:.0%} scatter"
     if guesses is None:
         setting += " (at most)"
         reason += "; each step verifies only the candidates that pay"

@@ -5,10 +5,13 @@
   rows verify trees of different sizes in one forward); MTAD's rows equal
   MTAD alone. Hypothesis draws the batches: prompts of different lengths, EOS in some rows,
   budgets, batch sizes 1, 2, 3 and 17.
-- Rows never influence each other: sampled row b of a batch seeded s equals its prompt alone
-  seeded s + b, token for token and step for step.
-- Rows are independent in law: a chi-square test of the joint law of two rows against the
-  product of their exact marginals, at a false-alarm rate of 1e-3, which a batch whose rows
+- Rows never influence each other where each row weighs its own guesses (fixed settings, or one row's
+  `DraftCosts`): sampled row b of a batch seeded s equals its prompt alone seeded s + b, token for token
+  and step for step. Under the batch rule (`BatchCosts`, the measured default) the batch decides how many
+  guesses every row verifies, so a row's steps follow the batch (`tests/test_goodput.py`); its tokens
+  keep their law, as the next test shows.
+- Rows are independent in law, under the batch rule too: a chi-square test of the joint law of two rows
+  against the product of their exact marginals, at a false-alarm rate of 1e-3, which a batch whose rows
   share their random numbers fails.
 """
 
@@ -21,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtdecode import Sampler, generate
-from mtdecode.drafting import DraftCosts
+from mtdecode.drafting import BatchCosts, DraftCosts
 from mtdecode.strategies import MTAD, Autoregressive, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.distribution import block_cells, exact_joint
@@ -194,35 +197,47 @@ def small_pair():
     return model, perturbed(model, 0.3, seed=2)
 
 
-def joint_of_two_rows(strategy, sampler: Sampler):
-    """Chi-square test of (row 2i's first 2 tokens, row 2i+1's) over PAIRS pairs of one batch against the
-    product of the two prompts' exact laws (`exact_joint`, by enumeration)."""
+def joint_of_two_rows(strategy, sampler: Sampler, new_tokens: int = 2):
+    """Chi-square test of (row 2i's first 2 tokens, row 2i+1's) over PAIRS pairs of one batch, each row decoding
+    `new_tokens`, against the product of the two prompts' exact laws (`exact_joint`, by enumeration). Also the
+    run's steps."""
     model, _ = small_pair()
     prompts = [list(PROMPTS[b % 2]) for b in range(2 * PAIRS)]
     sampling = dict(temperature=sampler.temperature, top_k=sampler.top_k, top_p=sampler.top_p)
-    result = generate(model, prompts, strategy, max_new_tokens=2, seed=0, **sampling)
-    cells = block_cells(result.tokens, SMALL)  # (rows,): 16 cells per row
+    result = generate(model, prompts, strategy, max_new_tokens=new_tokens, seed=0, **sampling)
+    cells = block_cells(result.tokens[:, :2], SMALL)  # (rows,): 16 cells per row
     joint = cells[0::2] * SMALL**2 + cells[1::2]  # (pairs,): 256 cells
     product = torch.outer(*(exact_joint(model, p, 2, sampler) for p in PROMPTS)).flatten()
-    return chi_square_test(torch.bincount(joint, minlength=SMALL**4), product, false_alarm=FALSE_ALARM)
+    return chi_square_test(torch.bincount(joint, minlength=SMALL**4), product, false_alarm=FALSE_ALARM), result
 
 
 INDEPENDENCE = {
     "speculative": lambda: Speculative(small_pair()[1], 1),
     "lookahead": lambda: Lookahead(2, 2, 2, prompt_pool=True),
+    # the batch rule: every row's number of guesses follows the whole batch's record (`mtdecode.drafting`)
+    "speculative, the batch rule": lambda: Speculative(
+        small_pair()[1], costs=BatchCosts({2 * PAIRS: DraftCosts(0.05, [1.0, 1.1, 1.2, 1.3])})
+    ),
 }
 
 
 @pytest.mark.parametrize("name", INDEPENDENCE)
 def test_two_rows_of_a_batch_are_independent(name):
-    result = joint_of_two_rows(INDEPENDENCE[name](), Sampler(temperature=1.0))
+    """Under the batch rule each row decodes 3 tokens, of which the first 2 are tested: a row whose first step
+    made one token drafts its second step's guesses by the whole batch's record of the first step."""
+    batch_rule = "batch rule" in name
+    result, run = joint_of_two_rows(INDEPENDENCE[name](), Sampler(temperature=1.0), 3 if batch_rule else 2)
     assert result.passed, str(result)
+    if batch_rule:  # non-vacuity: where a first step made one token, the rule drafted the second step's guess
+        seconds = [run.steps_of(b)[1].drafted for b in range(0, 2 * PAIRS, 101) if len(run.steps_of(b)[0].tokens) == 1]
+        assert seconds and all(drafted == 1 for drafted in seconds)
 
 
-def test_the_independence_test_catches_rows_that_share_their_random_numbers(monkeypatch):
+@pytest.mark.parametrize("name", ["speculative", "speculative, the batch rule"])
+def test_the_independence_test_catches_rows_that_share_their_random_numbers(name, monkeypatch):
     """Mutant: rows 2i and 2i+1 get the same seed, so they draw the same numbers (a batch that seeds
     every row alike makes this mistake); their tokens become dependent and the test fails."""
     module = importlib.import_module("mtdecode.generate")  # the module, not the function of the same name
     monkeypatch.setattr(module, "_seeds", lambda seed, batch: [b // 2 for b in range(batch)])
-    result = joint_of_two_rows(INDEPENDENCE["speculative"](), Sampler(temperature=1.0))
+    result, _ = joint_of_two_rows(INDEPENDENCE[name](), Sampler(temperature=1.0), 3 if "batch rule" in name else 2)
     assert not result.passed, f"rows sharing their random numbers went unnoticed: {result}"

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mtdecode
-from mtdecode.drafting import BINS, DraftCosts, DraftLength
+from mtdecode.drafting import BINS, BatchCosts, DraftCosts, DraftLength
 from mtdecode.strategies.speculative import Speculative
 from mtdecode.testing import assert_greedy_parity, tiny_model
 from mtdecode.testing.models import perturbed
@@ -148,14 +148,15 @@ def test_the_rule_drafts_long_when_cheap_and_sure_and_not_at_all_when_it_cannot_
 
 
 def test_measured_costs_are_used_when_none_are_given(monkeypatch):
-    """Speculative() measures the costs on the host (`mtdecode.tuning.draft_costs`) when `costs` is None."""
+    """Speculative() measures the batch's costs on the host (`mtdecode.tuning.batch_draft_costs`) when `costs` is
+    None."""
     seen = []
 
-    def fake(target, draft):
-        seen.append((target, draft))
-        return linear(0.05, 0.1)
+    def fake(target, draft, rows):
+        seen.append((target, draft, rows))
+        return BatchCosts({rows: linear(0.05, 0.1)})
 
-    monkeypatch.setattr(mtdecode.tuning, "draft_costs", fake)
+    monkeypatch.setattr(mtdecode.tuning, "batch_draft_costs", fake)
     target, draft = pair()
     result = mtdecode.generate(target, [4, 5], Speculative(draft), max_new_tokens=10)
     assert len(seen) == 1 and max(step.drafted for step in result.steps) >= 1

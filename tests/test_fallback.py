@@ -59,8 +59,8 @@ def run(strategy, max_new_tokens: int, prompts=PROMPT):
 def costs_curve(steep: bool, monkeypatch) -> None:
     """Lookahead's tuning on a forced curve, with measurements that do not scatter."""
     curve = {n: 1.0 if n == 1 else 0.9 * n + 0.1 for n in tuning.SIZES} if steep else dict.fromkeys(tuning.SIZES, 1.0)
-    monkeypatch.setattr(tuning, "forward_costs", lambda _model: curve)
-    monkeypatch.setattr(tuning, "scatter", lambda _model: dict.fromkeys(tuning.SIZES, 0.0))
+    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: curve)
+    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: dict.fromkeys(tuning.SIZES, 0.0))
 
 
 # ----------------------------------------------------------------------------- Lookahead

@@ -210,7 +210,7 @@ def test_the_timeline_costs_default_to_the_kept_measurements(monkeypatch):
     model = tiny_model(vocab_size=16, seed=3)
     draft = perturbed(model, 0.1, seed=1)
     kept = {model: {1: 0.010, 4: 0.012, 16: 0.020}, draft: {1: 0.002, 4: 0.003, 16: 0.004}}
-    monkeypatch.setattr(tuning, "forward_costs", lambda m: kept[m.hf])
+    monkeypatch.setattr(tuning, "forward_costs", lambda m, rows=1, **_: kept[m.hf])
     steps = figures.record_forwards(model, PROMPT, Speculative(draft, 2), max_new_tokens=4)
     forwards = [f for s in steps for f in s.forwards]
     assert {f.lane for f in forwards} == {"target", "draft"}

@@ -82,14 +82,14 @@ def test_lookahead_with_its_candidate_rule_equals_greedy(prompt, w, n, curve, ma
     costs = dict(zip(tuning.SIZES, [1.0, *curve], strict=True))
     verified = []  # candidates each step verified
 
-    def counted(found, rule, record):
-        kept = worth_trying(found, rule, record)
+    def counted(found, rule, record, rows):
+        kept = worth_trying(found, rule, record, rows)
         verified.extend(len(row) for row in kept)
         return kept
 
     worth_trying = lookahead.worth_trying
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tuning, "forward_costs", lambda _model: costs)
+        patch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: costs)
         patch.setattr(lookahead, "worth_trying", counted)
         assert_greedy_parity(model(), prompt, Lookahead(w, n, None), max_new_tokens=max_new_tokens)
     assert all(count <= tuning.choose(costs, w, n, prompt_pool=True)[2] for count in verified)
@@ -198,8 +198,8 @@ def test_tuned_lookahead_decodes_greedily_where_no_setting_can_win(monkeypatch):
     beat greedy, so Lookahead() decodes at greedy cost and says why; where forwards are flat it looks ahead."""
     m = mtdecode.model.CausalLM.wrap(model())
     steep = {n: 1.0 if n == 1 else 0.9 * n + 0.1 for n in tuning.SIZES}
-    monkeypatch.setattr(tuning, "forward_costs", lambda _model: steep)
-    monkeypatch.setattr(tuning, "scatter", lambda _model: {n: 0.0 for n in tuning.SIZES})
+    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: steep)
+    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: {n: 0.0 for n in tuning.SIZES})
     assert tuning.lookahead_settings(m, None, None, None) is None
     assert tuning.lookahead_settings(m, 2, None, None) is not None  # a value given: the user asked for lookahead
     with pytest.warns(mtdecode.GreedyFallbackWarning, match=r"^Lookahead: decodes greedily: its best setting"):
@@ -208,7 +208,7 @@ def test_tuned_lookahead_decodes_greedily_where_no_setting_can_win(monkeypatch):
     assert [choice.greedy for choice in result.stats.choices] == [True]  # tests/test_fallback.py checks the rest
     assert "decodes greedily" in tuning.explain(m)[1]
     flat = {n: 1.0 for n in tuning.SIZES}
-    monkeypatch.setattr(tuning, "forward_costs", lambda _model: flat)
+    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: flat)
     w, n, g = tuning.lookahead_settings(m, None, None, None)
     assert g >= 1 and "predicted" in tuning.explain(m)[1]
 
@@ -218,13 +218,14 @@ def test_a_predicted_gain_within_the_measurements_scatter_is_not_taken(monkeypat
     repeats that scatter by 0 it is taken; when the repeats scatter by more than the predicted gain, greedy."""
     m = mtdecode.model.CausalLM.wrap(model())
     mild = {n: 1.0 if n == 1 else 1.02 + 0.3 * (n - 4) * (n > 4) for n in tuning.SIZES}
-    monkeypatch.setattr(tuning, "forward_costs", lambda _model: mild)
+    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: mild)
     w, n, g = tuning.choose(mild)
     gain = tuning.predicted_speedup(mild, w, n, g) - 1
     assert 0 < gain < 0.2
-    monkeypatch.setattr(tuning, "scatter", lambda _model: {s: 0.0 for s in tuning.SIZES})
+    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: {s: 0.0 for s in tuning.SIZES})
     assert tuning.lookahead_settings(m, None, None, None) == (w, n, g)
-    monkeypatch.setattr(tuning, "scatter", lambda _model: {s: gain for s in tuning.SIZES})  # margin = 2 x gain
+    # margin = 2 x gain
+    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: {s: gain for s in tuning.SIZES})
     assert tuning.lookahead_settings(m, None, None, None) is None
     assert "within the measurement's scatter" in tuning.explain(m)[1]
 

@@ -73,10 +73,15 @@ def test_prompt_lookup_sampling_with_the_rule_matches_autoregressive():
     assert result.passed, str(result)
 
 
+def fixed_costs(_model, rows=1, **_):
+    """A forward-cost curve that is the same on every host (and for every number of rows)."""
+    return {n: 1.0 + 0.02 * (n - 1) for n in tuning.SIZES}
+
+
 def test_lookahead_sampling_with_the_rule_matches_autoregressive(monkeypatch):
     """Lookahead with G tuned verifies only the candidates that pay (`CandidateRecord`), from earlier steps only;
     the forward costs are fixed here so that the tuning and the draws repeat on every host."""
-    monkeypatch.setattr(tuning, "forward_costs", lambda _model: {n: 1.0 + 0.02 * (n - 1) for n in tuning.SIZES})
+    monkeypatch.setattr(tuning, "forward_costs", fixed_costs)
     strategy = Lookahead(2, 3, None, prompt_pool=True)
     runs = mtdecode.generate(target(), [LOOKAHEAD_PROMPT] * 200, strategy, max_new_tokens=3, temperature=1.0, seed=0)
     assert len({step.drafted for step in runs.steps}) > 1  # the rule varied the candidates verified
@@ -90,7 +95,7 @@ def test_the_test_rejects_a_wrong_verifier(which, monkeypatch):
     if which == "lookahead":
         result = check(Lookahead(2, 3, 2, prompt_pool=True), LOOKAHEAD_PROMPT, SETTINGS["plain"])
     elif which == "lookahead with the rule":
-        monkeypatch.setattr(tuning, "forward_costs", lambda _model: {n: 1.0 + 0.02 * (n - 1) for n in tuning.SIZES})
+        monkeypatch.setattr(tuning, "forward_costs", fixed_costs)
         result = check(Lookahead(2, 3, None, prompt_pool=True), LOOKAHEAD_PROMPT, SETTINGS["plain"])
     else:
         strategy = PromptLookup(ngram=2, costs=DraftCosts(draft=0.0, target=[1.0, 1.3, 1.05, 1.4]))

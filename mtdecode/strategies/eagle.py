@@ -53,7 +53,7 @@ import torch
 
 from mtdecode import masks, store, tuning
 from mtdecode.cache import KVCache
-from mtdecode.drafting import DraftCosts, DraftLength, check_counts, drafting_choice
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice
 from mtdecode.model import CausalLM, Runner
 from mtdecode.session import Choice, Session, Step
 from mtdecode.strategies.prompt_lookup import CopyRecord, lookup, padded
@@ -79,10 +79,12 @@ class Eagle:
     - `lookup`: copy up to this many tokens as prompt lookup does, as one more branch of the tree (10, the
       default; 0: no copy, the head's tree alone).
     - `ngram`: the longest n-gram the copy matches (shorter ones are tried if it has none).
-    - `costs`: the target's forward costs for step 2 (None: measured on this host, `mtdecode.tuning`).
-    - `depth_cost`: what growing the tree one more depth costs (a head forward over W nodes, their scores and
-      the choice of children), in units of a 1-token target forward; None: measured on this host
-      (`measure_depth_cost`). Only the rule (`tree_size=None`) weighs it.
+    - `costs`: the target's forward costs for step 2: `BatchCosts` to size the batch's trees by its goodput,
+      one row's `DraftCosts` to size each row's alone (`mtdecode.drafting`); None: the batch's, measured on this
+      host (`mtdecode.tuning`).
+    - `depth_cost`: what growing the tree one more depth costs (a head forward over W nodes per row, their scores
+      and the choice of children), in units of a 1-token target forward of one row; None: measured on this host
+      for the batch's rows (`measure_depth_cost`). Only the rule (`tree_size=None`) weighs it.
     """
 
     head: EagleHead | None = None
@@ -91,7 +93,7 @@ class Eagle:
     tree_size: int | None = None
     lookup: int = 10
     ngram: int = 3
-    costs: DraftCosts | None = None
+    costs: DraftCosts | BatchCosts | None = None
     depth_cost: float | None = None
     #: output identical to greedy decoding at temperature 0, distributed as p when sampling
     exact: ClassVar[bool] = True
@@ -110,11 +112,15 @@ class Eagle:
         size = None
         if self.tree_size is None:
             longest = self.depth * self.width + self.lookup + 1
-            costs = self.costs or DraftCosts(0.0, tuning.cost_curve(s.target.model, longest))
-            size = DraftLength(costs, s.batch, s.device)
+            costs = self.costs
+            if costs is None:
+                curve = tuning.batch_curve(s.target.model, s.batch, longest)
+                margin = tuning.batch_margin(s.target.model, s.batch)
+                costs = BatchCosts({s.batch: DraftCosts(0.0, curve)}, margin=margin)
+            size = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
         depth_cost = self.depth_cost
         if depth_cost is None:  # only the rule weighs it
-            depth_cost = 0.0 if size is None else measure_depth_cost(s.target.model, head.model, self.width)
+            depth_cost = 0.0 if size is None else measure_depth_cost(s.target.model, head.model, self.width, s.batch)
         if size is not None:
             s.record_choice(lambda: tree_choice(size, depth_cost, s.steps))  # for `Stats.choices`
         record = CopyRecord(s.batch) if self.lookup else None
@@ -253,42 +259,43 @@ def read_features(
     return torch.where(gained[:, None], predicted[:, -1], root)
 
 
-def measure_depth_cost(target: CausalLM, head: EagleHead, width: int) -> float:
-    """One more depth of the tree (a head forward over `width` nodes after `tuning.CONTEXT` entries, the nodes'
-    scores and the choice of children) against a 1-token target forward after as many tokens, both measured on
-    this host (the fastest of 5 runs each; measured once per head architecture, width and host, and kept on disk
-    like the target's costs, `mtdecode.store`)."""
-    key = {"head": store.module_key(head), "width": width}
-    return tuning.kept_seconds("eagle-depth", key, lambda: _time_depth(head, width)) / tuning.forward_costs(target)[1]
+def measure_depth_cost(target: CausalLM, head: EagleHead, width: int, rows: int = 1) -> float:
+    """One more depth of the tree for a batch of `rows` rows (a head forward over `width` nodes per row after
+    `tuning.CONTEXT` entries, the nodes' scores and the choice of children) against a 1-token target forward of one
+    row after as many tokens, both measured on this host (the fastest of 5 runs each; measured once per head
+    architecture, width, number of rows and host, and kept on disk like the target's costs, `mtdecode.store`)."""
+    key = {"head": store.module_key(head), "width": width} | ({"rows": rows} if rows > 1 else {})
+    seconds = tuning.kept_seconds("eagle-depth", key, lambda: _time_depth(head, width, rows=rows))
+    return seconds / tuning.forward_costs(target)[1]
 
 
-def _time_depth(head: EagleHead, width: int, repeats: int = 5) -> float:
-    return depth_timings(head, width, repeats)["depth"]
+def _time_depth(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) -> float:
+    return depth_timings(head, width, repeats, rows)["depth"]
 
 
-def depth_timings(head: EagleHead, width: int, repeats: int = 5) -> dict[str, float]:
-    """Seconds, the fastest of `repeats` runs each, for one depth of the tree over `width` nodes after
-    `tuning.CONTEXT` entries (`"depth"`) and for its parts: the head's forward with its cache update (`"head
-    forward"`), the nodes' scores (`"scores"`) and the choice of children (`"choice"`)."""
+def depth_timings(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) -> dict[str, float]:
+    """Seconds, the fastest of `repeats` runs each, for one depth of the tree over `width` nodes per row of `rows`
+    rows after `tuning.CONTEXT` entries (`"depth"`) and for its parts: the head's forward with its cache update
+    (`"head forward"`), the nodes' scores (`"scores"`) and the choice of children (`"choice"`)."""
     import time
 
-    runner = HeadRunner(head, 1)
+    runner = HeadRunner(head, rows)
     context, hidden = tuning.CONTEXT, head.embedding.shape[1]
     dtype, device = head.dtype, head.device
-    ids, offsets, sees, pad = runner.after_held(torch.zeros(1, context, dtype=torch.long, device=device))
-    runner.step(torch.zeros(1, context, hidden, dtype=dtype, device=device), ids, offsets, sees, pad=pad)
+    ids, offsets, sees, pad = runner.after_held(torch.zeros(rows, context, dtype=torch.long, device=device))
+    runner.step(torch.zeros(rows, context, hidden, dtype=dtype, device=device), ids, offsets, sees, pad=pad)
     runner.cache.commit()
-    features = torch.zeros(1, width, hidden, dtype=dtype, device=device)
-    tokens = torch.zeros(1, width, dtype=torch.long, device=device)
+    features = torch.zeros(rows, width, hidden, dtype=dtype, device=device)
+    tokens = torch.zeros(rows, width, dtype=torch.long, device=device)
     alone = masks.tree([-1] * width, device=device)  # width nodes side by side
     offsets = torch.zeros(width, dtype=torch.long, device=device)
 
-    def forward() -> Float[Tensor, "1 width hidden"]:
+    def forward() -> Float[Tensor, "rows width hidden"]:
         predicted = runner.step(features, tokens, offsets, alone)
         runner.cache.crop(runner.cache.lengths)  # the nodes' entries go again
         return predicted
 
-    def choose(scores: Float[Tensor, "1 width head"]) -> None:
+    def choose(scores: Float[Tensor, "rows width head"]) -> None:
         torch.softmax(scores.double(), dim=-1).flatten(1).topk(width, dim=1)
 
     def fastest(run) -> float:
@@ -416,7 +423,12 @@ def grow_tree(
     for d in range(2, depth + 1):
         if chance is not None:
             gain = chance if on_copy is None else torch.where(on_copy, chance - copy.holds_at(d - 1), chance)
-            pays = s.active & (gain.clamp(min=0).sum(1) > size.rate() * depth_cost)
+            # with the batch rule: when the batch would end with the tree so far (every node verified), against
+            # with one more depth, whose nodes add at most the newest depth's chances (the plan weighs their places)
+            expected = 1 + sum(level.clamp(min=0).sum(1) for level in chances)
+            spent = size.costs.t(1 + (d - 1) * width) + (d - 2) * depth_cost
+            growing = s.active & (limit == depth)
+            pays = size.worth(gain.clamp(min=0).sum(1), depth_cost, growing, expected, spent)
             limit = torch.where((limit == depth) & ~pays, d - 1, limit)
             if not bool((limit == depth).any()):
                 break

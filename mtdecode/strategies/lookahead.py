@@ -60,7 +60,7 @@ from mtdecode.model import left_pad
 from mtdecode.session import Choice, Session, Step
 from mtdecode.strategies.autoregressive import Autoregressive
 from mtdecode.strategies.jacobi import prompt_tokens
-from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import NONE, Verdict, verify_logits
 
 
@@ -91,7 +91,7 @@ class Lookahead:
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
         settings, choice = tuning.lookahead_plan(
-            s.target.model, self.window, self.ngram, self.guesses, prompt_pool=self.prompt_pool
+            s.target.model, self.window, self.ngram, self.guesses, prompt_pool=self.prompt_pool, rows=s.batch
         )
         if choice is not None:  # what the tuning chose and why, for `Stats.choices`
             s.record_choice(choice)
@@ -106,7 +106,8 @@ class Lookahead:
         window = Window([prompt_tokens(s, w + n - 3)], depth=n - 1)  # warm-up start: one row, plus x0
         rule = record = None
         if self.guesses is None and g > 0:  # G is the most; each row verifies the candidates that pay
-            rule = DraftLength(tuning.candidate_costs(s.target.model, w, n, g), s.batch, s.device)
+            costs = tuning.candidate_costs(s.target.model, w, n, g, rows=s.batch)
+            rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
             record = CandidateRecord(s.batch, g)
             s.record_choice(lambda: candidate_choice(rule, n, s.steps))
         while not s.done:
@@ -114,7 +115,7 @@ class Lookahead:
             lengths = (s.remaining - 1).clamp(min=0, max=n - 1).tolist()
             found = [pool.candidates(x0, m) for pool, x0, m in zip(pools, s.last_tokens.tolist(), lengths, strict=True)]
             if rule is not None:
-                found = worth_trying(found, rule, record)
+                found = worth_trying(found, rule, record, s.active)
             candidates = pad_candidates(found, s.device)  # step 1
             steps, new_row, verdict = lookahead_step(s, window, candidates)  # steps 2-3
             if rule is not None:
@@ -195,12 +196,14 @@ class CandidateRecord:
         self.tokens += torch.where(hit, accepted, 0).double()
 
 
-def worth_trying(found: list[list[list[int]]], rule: DraftLength, record: CandidateRecord) -> list[list[list[int]]]:
+def worth_trying(
+    found: list[list[list[int]]], rule: DraftLength, record: CandidateRecord, rows: Bool[Tensor, " batch"]
+) -> list[list[list[int]]]:
     """Each row's first candidates, as many as `rule` plans to verify (`DraftLength.plan_expected`) from the row's
-    record (`CandidateRecord`)."""
+    record (`CandidateRecord`); `rows`: those still decoding."""
     available = torch.tensor([len(row) for row in found], device="cpu")
     expected = record.expected(max(map(len, found), default=0))
-    keep = rule.plan_expected(expected.to(rule.hits.device), available).tolist()
+    keep = rule.plan_expected(expected.to(rule.hits.device), available, rows).tolist()
     return [row[:k] for row, k in zip(found, keep, strict=True)]
 
 

@@ -37,7 +37,7 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode import masks, tuning
-from mtdecode.drafting import DraftCosts, DraftLength, check_counts
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session, Step, with_new_token
@@ -57,7 +57,8 @@ class MTAD:
     - `threshold`: tau > 0; a prefix is accepted if P(y_1..n) / Q(y_1..n) > tau.
     - `max_draft_tokens`, `costs`: when `num_draft_tokens` is None (the default), each row's block
       grows until the draft is unsure (`mtdecode.drafting`, as in `Speculative`), at most
-      `max_draft_tokens`, weighing `costs` (None: measured on this host).
+      `max_draft_tokens`, weighing `costs` (`BatchCosts` or one row's `DraftCosts`, as in
+      `Speculative`; None: the batch's, measured on this host).
     """
 
     draft: CausalLM | PreTrainedModel
@@ -65,7 +66,7 @@ class MTAD:
     beam_width: int = 4
     threshold: float = 0.5
     max_draft_tokens: int = 20
-    costs: DraftCosts | None = None
+    costs: DraftCosts | BatchCosts | None = None
     #: MTAD does not reproduce greedy decoding or p: it accepts by likelihood
     exact: ClassVar[bool] = False
 
@@ -80,12 +81,21 @@ class MTAD:
         rows = torch.arange(s.batch, device=s.device)
         length = None
         if self.num_draft_tokens is None:
-            costs = self.costs or tuning.draft_costs(s.target.model, draft.model)
-            length = DraftLength(costs, s.batch, s.device)
+            costs = self.costs or tuning.batch_draft_costs(s.target.model, draft.model, s.batch)
+            length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
             s.record_choice(lambda: rule_choice("MTAD", length, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
             block, log_q, path, k = beam_draft(s, draft, k, self.beam_width, length)  # step 1
+            if block.shape[1] == 0:  # no row drafted: a plain step at greedy cost, the same draw as step 4's
+                if length is not None:
+                    length.record(k, torch.zeros_like(k))
+                none = torch.zeros_like(k)
+                steps = s.commit(plain_token(s)[:, None], 1, drafted=k, accepted=none, proposals=[[]] * s.batch,
+                                 log_ratios=none.double())  # fmt: skip
+                s.catch_up(draft, drafted=k)  # the draft rests: it reads what it missed when it next drafts
+                yield steps
+                continue
             log_p, last = score_block(s, block)  # step 2
             n = accepted_length(log_p, log_q, k, self.threshold)  # step 3
             if length is not None:
@@ -117,7 +127,7 @@ def beam_draft(
     was never fed; -1 pads), and k itself (smaller where the rule stopped a row).
     """
     if length is not None:
-        k = torch.where(length.start(possible=k > 0), k, 0)
+        k = torch.where(length.start(possible=k > 0, unread=max(map(len, s.unread(draft)))), k, 0)
     batch, depth = s.batch, int(k.max())
     block = torch.full((batch, depth), -1, dtype=torch.long, device=s.device)
     block_log_q = torch.zeros(batch, depth, dtype=torch.float64, device=s.device)
@@ -135,7 +145,7 @@ def beam_draft(
         best = log_q.sum(2).argmax(1)  # (batch,): the first of the heaviest
         rows = torch.arange(batch, device=s.device)
         if length is not None:  # stop where the heaviest beam's newest token is unsure (q only)
-            k = torch.where((k > d) & ~length.more(log_q[rows, best, -1].exp()), d, k)
+            k = torch.where((k > d) & ~length.more(log_q[rows, best, -1].exp(), rows=k > d), d, k)
         done = k == d  # rows whose block ends here: keep their heaviest beam
         block[done, :d] = tokens[rows, best][done]
         block_log_q[done, :d] = log_q[rows, best][done]
@@ -186,6 +196,14 @@ def choose(
             weights = weights.scatter(1, pick[:, None], 0.0)
         picks = torch.stack(columns, dim=1)
     return torch.where(torch.arange(width, device=picks.device) < possible[:, None], picks, -1)
+
+
+def plain_token(s: Session) -> Int[Tensor, " batch"]:
+    """A step with no block in any row: one target forward over each row's unread tokens, and the next token as
+    step 4 takes it with n = 0 (the argmax when greedy, else a draw from the judged p), without steps 2 and 3."""
+    logits = s.target.extend(s.unread(s.target), logits_to_keep=1)[:, -1]  # (batch, vocab)
+    s.target.cache.commit()
+    return logits.argmax(-1) if s.sampler.greedy else draw(judged(s.sampler, logits), s.random, s.active)
 
 
 def score_block(

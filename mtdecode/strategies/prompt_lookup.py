@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
-from mtdecode.drafting import DraftCosts, DraftLength, check_counts, drafting_choice
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice
 from mtdecode.session import Choice, Session, Step
-from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import NONE, verify_chain
 
 
@@ -46,14 +46,15 @@ class PromptLookup:
     - `ngram`: the longest n-gram to match (at least 1); shorter ones are tried if it has no match.
     - `num_draft_tokens`: copy up to this many tokens per step (at least 1); None (the default): as
       many as pay (`mtdecode.drafting`), at most `max_draft_tokens`.
-    - `max_draft_tokens`, `costs`: the most copied tokens when the rule decides, and the `DraftCosts`
-      it weighs (None: the target's forward-cost curve measured on this host).
+    - `max_draft_tokens`, `costs`: the most copied tokens when the rule decides, and the costs it
+      weighs (`BatchCosts` or one row's `DraftCosts`, as in `Speculative`; None: the batch's forward-cost
+      curve measured on this host).
     """
 
     ngram: int = 3
     num_draft_tokens: int | None = None
     max_draft_tokens: int = 10
-    costs: DraftCosts | None = None
+    costs: DraftCosts | BatchCosts | None = None
 
     def __post_init__(self) -> None:
         check_counts(self, ("ngram", "num_draft_tokens", "max_draft_tokens"), optional=["num_draft_tokens"])
@@ -61,14 +62,15 @@ class PromptLookup:
     def decode(self, s: Session) -> Iterator[list[Step]]:
         length = record = None
         if self.num_draft_tokens is None:
-            length = DraftLength(self.costs or tuning.copy_costs(s.target.model), s.batch, s.device)
+            costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch)
+            length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
             record = CopyRecord(s.batch)
             s.record_choice(lambda: copy_choice("PromptLookup", length, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens).tolist()  # the step adds one token
             copied = [lookup(tokens, self.ngram, k_b) for tokens, k_b in zip(s.tokens, k, strict=True)]  # step 1
             if length is not None:
-                copied = worth_verifying(copied, length, record)
+                copied = worth_verifying(copied, length, record, s.active)
             steps, _, accepted = verify_chain(s, padded(copied, s.device))  # step 2
             if length is not None:
                 drafted = torch.tensor([len(c) for c in copied], device="cpu")
@@ -120,12 +122,15 @@ class CopyRecord:
         self.hits.scatter_add_(1, depth, hit)
 
 
-def worth_verifying(copied: list[list[int]], length: DraftLength, record: CopyRecord) -> list[list[int]]:
+def worth_verifying(
+    copied: list[list[int]], length: DraftLength, record: CopyRecord, rows: Bool[Tensor, " batch"]
+) -> list[list[int]]:
     """The prefix of each row's copy that `length` plans to verify (`DraftLength.plan`), each copied token counting
-    with its acceptance so far in this row (`CopyRecord`), known before anything is verified."""
+    with its acceptance so far in this row (`CopyRecord`), known before anything is verified; `rows`: those still
+    decoding."""
     available = torch.tensor([len(row) for row in copied], device="cpu")  # (batch,)
     chances = record.chances(max(map(len, copied), default=0))  # (batch, longest copy)
-    keep = length.plan(chances.to(length.hits.device), available).tolist()
+    keep = length.plan(chances.to(length.hits.device), available, rows).tolist()
     return [row[:n] for row, n in zip(copied, keep, strict=True)]
 
 

@@ -38,7 +38,7 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode import tuning
-from mtdecode.drafting import DraftCosts, DraftLength, check_counts, drafting_choice
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice
 from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Choice, Session, Step, with_new_token
@@ -56,16 +56,18 @@ class Speculative:
     - `num_draft_tokens`: a fixed number of guesses per step (k >= 1); None (the default): each
       row drafts until the draft is unsure (`mtdecode.drafting`), at most `max_draft_tokens`.
     - `max_draft_tokens`: the most guesses per step when k is not fixed.
-    - `costs`: the `DraftCosts` the stopping rule weighs; None: measured on this host
-      (`mtdecode.tuning.draft_costs`) once, and kept on disk, so that every process weighs the
-      same numbers and a seeded run repeats. Pass them to make a seeded run repeat on another
-      host as well.
+    - `costs`: what the stopping rule weighs: `BatchCosts` to weigh the batch's goodput (a batch's
+      rows draft together, as many guesses as pay for the whole batch), or one row's `DraftCosts`
+      to weigh each row alone (a row then decodes exactly as its prompt alone); None: the batch's,
+      measured on this host (`mtdecode.tuning.batch_draft_costs`) once, and kept on disk, so that
+      every process weighs the same numbers and a seeded run repeats. Pass them to make a seeded
+      run repeat on another host as well.
     """
 
     draft: CausalLM | PreTrainedModel
     num_draft_tokens: int | None = None
     max_draft_tokens: int = 20
-    costs: DraftCosts | None = None
+    costs: DraftCosts | BatchCosts | None = None
 
     def __post_init__(self) -> None:
         check_counts(self, ("num_draft_tokens", "max_draft_tokens"), optional=["num_draft_tokens"])
@@ -74,12 +76,19 @@ class Speculative:
         draft = s.draft_runner(self.draft)
         length = None
         if self.num_draft_tokens is None:
-            costs = self.costs or tuning.draft_costs(s.target.model, draft.model)
-            length = DraftLength(costs, s.batch, s.device)
+            costs = self.costs or tuning.batch_draft_costs(s.target.model, draft.model, s.batch)
+            length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
             s.record_choice(lambda: rule_choice("Speculative", length, s.steps))
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
             guesses, q, k = draft_tokens(s, draft, k, length)
+            if guesses.shape[1] == 0:  # no row drafted: a plain step at greedy cost, the same draw as line 10's
+                if length is not None:
+                    length.record(k, torch.zeros_like(k))
+                steps = s.commit(plain_token(s)[:, None], 1, drafted=k, accepted=torch.zeros_like(k))
+                s.catch_up(draft, drafted=k)  # the draft rests: it reads what it missed when it next drafts
+                yield steps
+                continue
             p = verify(s, guesses)
             accepted = accept(guesses, p, q, k, s.random, s.active)
             new_token = correct(p, q, accepted, k, s.random, s.active)
@@ -112,10 +121,10 @@ def draft_tokens(
     """
     guesses, q_rows = [], []
     going = s.active & (k > 0)
-    if length is not None:
-        going &= length.start(possible=going)
-    drafted = torch.zeros_like(k)
     feed = s.unread(draft)  # ragged at first (prompts), then each row's x0
+    if length is not None:
+        going &= length.start(possible=going, unread=max(map(len, feed)))
+    drafted = torch.zeros_like(k)
     while bool(going.any()):
         logits = draft.extend(feed, logits_to_keep=1)[:, -1]  # (batch, vocab)
         q_i = s.sampler.probs(logits)
@@ -124,7 +133,7 @@ def draft_tokens(
         going &= drafted < k
         if length is not None:  # the stopping rule reads q only (at temperature 0, the draft's softmax)
             judged = torch.softmax(logits.double(), dim=-1) if s.sampler.greedy else q_i
-            going &= length.more(judged.gather(1, d_i[:, None])[:, 0])
+            going &= length.more(judged.gather(1, d_i[:, None])[:, 0], rows=going)
         feed = d_i[:, None]
         guesses.append(d_i)
         q_rows.append(q_i)
@@ -133,6 +142,14 @@ def draft_tokens(
         empty = torch.empty(s.batch, 0, dtype=torch.long, device=s.device)
         return empty, torch.empty(s.batch, 0, vocab, dtype=draft.model.dtype, device=s.device), drafted
     return torch.stack(guesses, dim=1), torch.stack(q_rows, dim=1), drafted
+
+
+def plain_token(s: Session) -> Int[Tensor, " batch"]:
+    """A step with no guess in any row: one target forward over each row's unread tokens, and the next token drawn
+    from p (its argmax when greedy), as lines 4 and 10 would draw it with k = 0, without the rejection machinery."""
+    logits = s.target.extend(s.unread(s.target), logits_to_keep=1)[:, -1]  # (batch, vocab)
+    s.target.cache.commit()
+    return s.sampler.sample(logits, s.random, s.active)
 
 
 def verify(s: Session, guesses: Int[Tensor, "batch guesses"]) -> Float[Tensor, "batch guesses_plus_1 vocab"]:

@@ -1,0 +1,211 @@
+"""The batch rule: a batch's guesses sized by its goodput (`mtdecode.drafting`, `BatchCosts`).
+
+- `BatchCosts` interpolates between the numbers of rows it was given, and refuses nonsense.
+- The rule by hand: the width with which the batch would end soonest, so that the row that sets its end
+  decides; a first guess for every row or for none.
+- At batch 1 the batch rule is the row rule: the same steps, draw for draw.
+- Exactness: with the batch rule every row of a greedy batch still equals greedy decoding of its prompt alone,
+  for every strategy with a rule (hypothesis draws the batches and the costs).
+- The rows of a batch draft together: in every step every row in play verifies the same width (or its copy's
+  length, where shorter).
+- Steep batch costs stop the guessing: a batch whose guesses cannot pay decodes at greedy cost after at most
+  two tries, where flat costs draft in most steps; rows rejoin when the chances rise again.
+- The costs: t(B, n) is kept per number of rows, and other numbers of rows are interpolated.
+
+Rows stay independent in law under the batch rule: `tests/test_batch.py` runs its chi-square test on it.
+"""
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mtdecode
+from mtdecode import tuning
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength
+from mtdecode.strategies import MTAD, Eagle, Lookahead, PromptLookup, Speculative
+from mtdecode.testing import greedy_tokens, tiny_model
+from mtdecode.testing.models import perturbed
+from mtdecode.zoo.eagle import EagleHead
+
+VOCAB = 16
+CPU = torch.device("cpu")
+
+
+@functools.cache
+def pair():
+    target = tiny_model("llama", vocab_size=VOCAB, seed=3)
+    return target, perturbed(target, 0.1, seed=1)
+
+
+@functools.cache
+def head() -> EagleHead:
+    model = pair()[0]
+    torch.manual_seed(2)
+    weights = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    return EagleHead(model.config, *weights, torch.arange(VOCAB)).to(model.dtype).eval()
+
+
+def linear(draft: float, slope: float, sizes: int = 24) -> DraftCosts:
+    """c = `draft`, t(n) = 1 + slope (n - 1)."""
+    return DraftCosts(draft=draft, target=[1 + slope * n for n in range(sizes)])
+
+
+def together(rows: int, draft: float, slope: float) -> BatchCosts:
+    return BatchCosts({rows: linear(draft, slope)})
+
+
+RULED = {  # every strategy with a rule, given batch costs
+    "speculative": lambda costs: Speculative(pair()[1], costs=costs),
+    "prompt_lookup": lambda costs: PromptLookup(costs=costs),
+    "mtad": lambda costs: MTAD(pair()[1], beam_width=2, costs=costs),
+    "eagle": lambda costs: Eagle(head(), depth=3, width=3, costs=costs, depth_cost=0.05),
+}
+
+
+def test_batch_costs_interpolate_between_rows_and_refuse_nonsense():
+    costs = BatchCosts({1: linear(0.1, 0.1, 4), 4: linear(0.4, 0.7, 4)})
+    assert costs.at(1) == linear(0.1, 0.1, 4)
+    two = costs.at(2)  # a third of the way from 1 row to 4
+    assert two.draft == pytest.approx(0.2) and two.t(3) == pytest.approx(1.2 + (2.4 - 1.2) / 3)
+    assert costs.at(7).t(2) == pytest.approx(1.1 + 0.6 * 2)  # past 4 rows the slope goes on
+    for nonsense in ({}, {0: linear(0.1, 0.1)}, {True: linear(0.1, 0.1)}):
+        with pytest.raises(ValueError, match="by_rows"):
+            BatchCosts(nonsense)
+    with pytest.raises(ValueError, match="for 3 rows"):
+        BatchCosts({4: linear(0.1, 0.1)}).at(3)
+
+
+def test_the_batch_rule_by_hand():
+    """Two rows, copies whose chances are known, t_2(n) = 1 + 0.5 (n - 1). Row 0's copy holds with 0.9 per token
+    (2 tokens), row 1's with 0.2 (1 token): E_0 = 1, 1.9, 2.71 and E_1 = 1, 1.2, 1.2 for widths w = 0, 1, 2.
+    The batch ends after T(w) max_b m_b / E_b(w), m_b the tokens left in row b:
+
+    - m = (10, 10): 10, 1.5 x 10 / 1.2 = 12.5, 2 x 10 / 1.2 = 16.7: no width pays, because row 1 sets the
+      batch's end and its guess seldom holds;
+    - m = (10, 2): 10, 1.5 x 10 / 1.9 = 7.9, 2 x 10 / 2.71 = 7.4: width 2 (row 1 verifies its one token), for row 0
+      now sets the end.
+
+    Weighed alone, each row at its own rate of 1 token per t(1): row 0 verifies both (2.71 - 2 > 1.9 - 1.5 > 0),
+    row 1 none (1.2 - 1.5 < 0)."""
+    chances = torch.tensor([[0.9, 0.9], [0.2, 0.2]], dtype=torch.float64)
+    available = torch.tensor([2, 1])
+    for left, planned in (([10, 10], [0, 0]), ([10, 2], [2, 1])):
+        length = DraftLength(together(2, 0.0, 0.5), batch=2, device=CPU, remaining=lambda left=left: torch.tensor(left))
+        length.calibrated = lambda chances: chances  # the chances as given, no calibration
+        assert length.plan(chances, available).tolist() == planned
+    alone = DraftLength(linear(0.0, 0.5), batch=2, device=CPU)  # each row weighed alone
+    alone.calibrated = lambda chances: chances
+    assert alone.plan(chances, available).tolist() == [2, 0]
+    # a chain: a first guess for every row or for none. With a = 1/2 (no history) each row expects 1.5 tokens for a
+    # step of cost 1 + c + t(2) - t(1) against 1 token for 1: 1.8 / 1.5 > 1 does not pay, 1.4 / 1.5 < 1 does
+    length = DraftLength(together(2, 0.3, 0.5), batch=2, device=CPU)
+    assert length.start(possible=torch.tensor([True, True])).tolist() == [False, False]
+    cheap = DraftLength(together(2, 0.1, 0.3), batch=2, device=CPU)
+    assert cheap.start(possible=torch.tensor([True, True])).tolist() == [True, True]
+
+
+@pytest.mark.parametrize("name", RULED)
+def test_at_batch_one_the_batch_rule_is_the_row_rule(name):
+    target = pair()[0]
+    runs = []
+    for costs in (linear(0.1, 0.2), BatchCosts({1: linear(0.1, 0.2)})):
+        result = mtdecode.generate(target, [1, 2, 3, 1, 2], RULED[name](costs), max_new_tokens=24, seed=5,
+                                   temperature=1.0)  # fmt: skip
+        runs.append([(s.tokens, s.drafted, s.accepted) for s in result.steps])
+    assert runs[0] == runs[1]
+
+
+@st.composite
+def batches(draw):
+    size = draw(st.sampled_from([2, 3, 5]))
+    prompts = [draw(st.lists(st.integers(0, 5), min_size=1, max_size=8)) for _ in range(size)]
+    return prompts, draw(st.integers(1, 16)), draw(st.sampled_from([0.0, 0.1, 0.4, 2.0]))
+
+
+@pytest.mark.parametrize("name", [*RULED, "lookahead"])
+@settings(max_examples=8)
+@given(batch=batches())
+def test_with_the_batch_rule_every_greedy_row_equals_its_prompt_alone(name, batch):
+    """Exactness: the batch rule chooses only how much each row verifies, never what is accepted (MTAD, which is
+    not greedy decoding, must still end every row in the budget with its own tokens)."""
+    prompts, budget, slope = batch
+    target = pair()[0]
+    strategy = Lookahead() if name == "lookahead" else RULED[name](together(len(prompts), 0.05, slope))
+    result = mtdecode.generate(target, prompts, strategy, max_new_tokens=budget, pad_token_id=0)
+    for b, prompt in enumerate(prompts):
+        row = result.row(b)
+        assert [t for step in result.steps_of(b) for t in step.tokens] == row
+        if name == "mtad":
+            assert len(row) == budget
+        else:
+            assert row == greedy_tokens(target, prompt, budget)
+
+
+@pytest.mark.parametrize("name", ["speculative", "mtad"])
+def test_the_rows_of_a_batch_draft_together(name):
+    """A draft forward runs for every row, and the verifying forward is as wide as the widest row: so under the
+    batch rule every row in play drafts as many guesses as the others in every step (no EOS, budgets far)."""
+    target = pair()[0]
+    prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
+    result = mtdecode.generate(target, prompts, RULED[name](together(4, 0.05, 0.1)), max_new_tokens=40)
+    rounds = min(len(result.steps_of(b)) for b in range(len(prompts))) - 2  # the last steps meet the budget
+    drafted = [[result.steps_of(b)[t].drafted for b in range(len(prompts))] for t in range(rounds)]
+    assert all(len(set(step)) == 1 for step in drafted), drafted
+    assert len({step[0] for step in drafted}) > 1  # and the rule varied the width
+
+
+def test_a_batch_whose_guesses_do_not_pay_decodes_at_greedy_cost():
+    """- t_4(2) = 4 t_4(1): not even a guess that is always accepted pays, so the batch never drafts, and says so.
+    - t_4(2) = 1.5 t_4(1) and a draft that is an unrelated model: the batch tries one guess per row once or twice,
+      learns from every row at once that its guesses do not pay, and decodes at greedy cost from then on.
+    - Flat costs and a good draft: the batch drafts in most steps."""
+    target, good = pair()
+    bad = tiny_model("llama", vocab_size=VOCAB, seed=9)
+    prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
+    steep = mtdecode.generate(target, prompts, Speculative(good, costs=together(4, 0.05, 3.0)), max_new_tokens=40)
+    assert not any(s.drafted for s in steep.steps) and steep.stats.choices[0].greedy
+    dear = mtdecode.generate(target, prompts, Speculative(bad, costs=together(4, 0.05, 0.5)), max_new_tokens=40)
+    tries = [s.drafted for s in dear.steps_of(0) if s.drafted > 0]
+    assert 1 <= len(tries) <= 2 and set(tries) == {1}
+    flat = mtdecode.generate(target, prompts, Speculative(good, costs=together(4, 0.0, 0.01)), max_new_tokens=40)
+    assert sum(s.drafted > 0 for s in flat.steps_of(0)) > len(flat.steps_of(0)) / 2
+
+
+def test_rows_rejoin_when_their_chances_rise():
+    """A batch that verified nothing while its copies' chances were low verifies again once they are high."""
+    length = DraftLength(together(2, 0.0, 0.5), batch=2, device=CPU)
+    length.calibrated = lambda chances: chances
+    available = torch.tensor([3, 3])
+    low = torch.full((2, 3), 0.05, dtype=torch.float64)
+    for _ in range(3):
+        assert length.plan(low, available).tolist() == [0, 0]
+        length.record(torch.tensor([0, 0]), torch.tensor([0, 0]))
+    high = torch.full((2, 3), 0.95, dtype=torch.float64)
+    assert length.plan(high, available).tolist() == [3, 3]
+
+
+def test_batch_costs_are_kept_per_number_of_rows_and_interpolated(monkeypatch):
+    """t(B, n) between measured numbers of rows is interpolated linearly, continued past the largest; one row's
+    costs relative to t(1, 1) are `relative_cost`'s, exactly."""
+    seconds = {rows: {n: rows * (1 + 0.1 * (n - 1)) for n in tuning.SIZES} for rows in tuning.ROWS}
+    monkeypatch.setattr(tuning, "forward_costs", lambda model, rows=1, **_: seconds[rows])
+    model = mtdecode.CausalLM(pair()[0])
+    assert tuning.batch_seconds(model, 3, 4) == pytest.approx(3 * 1.3)
+    assert tuning.batch_seconds(model, 48, 2) == pytest.approx(48 * 1.1)
+    assert tuning.batch_relative(model, 1, 5) == tuning.relative_cost(seconds[1], 5)
+    assert tuning.batch_curve(model, 8, 3) == pytest.approx([8.0, 8.8, 9.6])
+    assert tuning.measured_sizes(32) == [n for n in tuning.SIZES if n <= 32]
+
+
+def test_one_measurement_per_number_of_rows(tmp_path, monkeypatch):
+    """The batch's costs are measured once per number of rows and kept beside one row's (whose key is unchanged)."""
+    monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
+    monkeypatch.delenv("MTDECODE_COSTS", raising=False)
+    model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=4, layers=1, hidden=16))
+    one, two = tuning.forward_costs(model), tuning.forward_costs(model, rows=2)
+    assert sorted(one) == list(tuning.SIZES) and sorted(two) == tuning.measured_sizes(2)
+    kept = sorted(path.read_text().count('"rows": 2') for path in tmp_path.glob("forward-*.json"))
+    assert kept == [0, 1]
