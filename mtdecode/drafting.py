@@ -196,9 +196,7 @@ class DraftLength:
         self.spent = torch.ones(batch, dtype=torch.float64, device=device)
         # row steps that could have drafted but drafted nothing because no guess paid (for `Stats.choices`)
         self.declined = torch.zeros((), dtype=torch.long, device=device)
-        # the batch rule's own record: the batch's tokens and costs so far (one greedy step as the prior), and its
-        # steps without drafting and its patience (the rows' move in step with them)
-        self.batch_gained, self.batch_spent = float(batch), self.costs.step(0)
+        # the batch rule's own record: its steps without drafting and its patience (the rows' move in step with them)
         self.batch_rested, self.batch_patience = 0, PATIENCE
         self.playing = torch.ones(batch, dtype=torch.bool, device=device)  # the rows that take part in this step
         self.start()
@@ -399,10 +397,8 @@ class DraftLength:
         return cost.to(expected) * steps.max(0).values
 
     def rate(self) -> Float[Tensor, " batch"]:
-        """Each row's tokens per unit of cost over its recorded steps (1 before any); with the batch rule, the
-        batch's, R, for every row."""
-        if self.together:
-            return torch.full_like(self.gained, self.batch_gained / self.batch_spent)
+        """Each row's tokens per unit of cost over its recorded steps (1 before any); the one-row rule's r (the
+        batch rule weighs the batch's end instead, `finish`)."""
         return self.gained / self.spent
 
     def step_costs(self, guesses: Sequence[int]) -> Float[Tensor, " steps"]:
@@ -440,10 +436,9 @@ class DraftLength:
         extra_cost: float | Float[Tensor, " batch"] = 0.0,
     ) -> None:
         """After verification: guesses 1..accepted were accepted, guess accepted + 1 (if drafted) was not.
-        `extra_cost`: what the step cost besides T(drafted) (a tree's drafting, in `Eagle`), for the row's rate
-        (with the batch rule, the batch's: the largest row's, for the work runs for every row)."""
+        `extra_cost`: what the step cost besides T(drafted) (a tree's drafting, in `Eagle`), for the row's rate."""
         if self.together:
-            self.record_batch(drafted, accepted, extra_cost)
+            self.record_batch(drafted, accepted)
         drew = drafted > 0
         self.patience = torch.where(
             self.probing & drew, torch.where(accepted > 0, PATIENCE, 2 * self.patience), self.patience
@@ -459,19 +454,11 @@ class DraftLength:
         hit = position < accepted[:, None]
         self.calibrate(confidence, tried, hit)
 
-    def record_batch(
-        self,
-        drafted: Int[Tensor, " batch"],
-        accepted: Int[Tensor, " batch"],
-        extra_cost: float | Float[Tensor, " batch"],
-    ) -> None:
-        """The batch rule's record: the step's tokens over the rows in play, its cost at the widest row, and the
-        batch's patience (reset by a try whose accepted guesses paid for the guess, doubled by one that did not)."""
+    def record_batch(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
+        """The batch rule's record: its steps without drafting, and its patience (reset by a try whose accepted
+        guesses paid for the guess, doubled by one that did not)."""
         playing = self.playing
         width = int(drafted[playing].max()) if bool(playing.any()) else 0
-        extra = float(extra_cost.max()) if isinstance(extra_cost, torch.Tensor) else float(extra_cost)
-        self.batch_gained += float((accepted.double() + 1)[playing].sum())
-        self.batch_spent += self.costs.step(width) + extra
         if width == 0:
             self.batch_rested += 1
             return

@@ -202,15 +202,17 @@ def batch_curve(model: CausalLM, rows: int, longest: int, *, planned: bool = Tru
     return [max(measured[: n + 1]) for n in range(len(measured))] if planned else measured
 
 
-def batch_draft_costs(target: CausalLM, draft: CausalLM | None, rows: int, *, longest: int = 32) -> BatchCosts:
+def batch_draft_costs(
+    target: CausalLM, draft: CausalLM | None, rows: int, *, longest: int = 32, planned: bool | None = None
+) -> BatchCosts:
     """The `BatchCosts` of a batch of `rows` rows, measured on this host, in units of t(1, 1): the target's forwards
     over 1..`longest` tokens per row and a draft forward over one token per row (`draft` None: guesses that cost
-    nothing to make, with the curve as measured, as `copy_costs`). One row's are `draft_costs`' (or `copy_costs`')."""
-    if draft is None:
-        costs = DraftCosts(0.0, batch_curve(target, rows, longest, planned=False))
-    else:
-        costs = DraftCosts(batch_seconds(draft, rows, 1) / forward_costs(target)[1], batch_curve(target, rows, longest))
-    return BatchCosts({rows: costs}, margin=batch_margin(target, rows))
+    nothing to make). The curve is planned (`batch_curve`) where there is a draft and as measured where there is
+    none, unless `planned` says otherwise. One row's are `draft_costs`' (or `copy_costs`')."""
+    planned = draft is not None if planned is None else planned
+    curve = batch_curve(target, rows, longest, planned=planned)
+    draft_cost = 0.0 if draft is None else batch_seconds(draft, rows, 1) / forward_costs(target)[1]
+    return BatchCosts({rows: DraftCosts(draft_cost, curve)}, margin=batch_margin(target, rows))
 
 
 def batch_margin(model: CausalLM, rows: int) -> float:
@@ -239,16 +241,16 @@ def relative_cost(costs: dict[int, float], tokens: int) -> float:
 
 
 def draft_costs(target: CausalLM, draft: CausalLM, *, longest: int = 32) -> DraftCosts:
-    """The costs `mtdecode.drafting.DraftLength` weighs, measured on this host: a draft forward and target
-    forwards over 1..`longest` tokens, in units of a 1-token target forward."""
-    return DraftCosts(draft=forward_costs(draft)[1] / forward_costs(target)[1], target=cost_curve(target, longest))
+    """One row's costs that `mtdecode.drafting.DraftLength` weighs, measured on this host: a draft forward and
+    target forwards over 1..`longest` tokens, in units of a 1-token target forward (`batch_draft_costs` for 1 row)."""
+    return batch_draft_costs(target, draft, 1, longest=longest).at(1)
 
 
 def copy_costs(target: CausalLM, *, longest: int = 32) -> DraftCosts:
     """The same for guesses that cost nothing to make (prompt lookup copies them from the text), with the curve as
     measured: `DraftLength.plan` weighs every width at once, so a wider forward that measured cheaper than a
     narrower one is a real choice there (on some hosts 2 tokens cost more than 4)."""
-    return DraftCosts(draft=0.0, target=measured_curve(target, longest))
+    return batch_draft_costs(target, None, 1, longest=longest).at(1)
 
 
 def candidate_costs(model: CausalLM, window: int, ngram: int, guesses: int, *, rows: int = 1) -> BatchCosts:
@@ -263,14 +265,12 @@ def candidate_costs(model: CausalLM, window: int, ngram: int, guesses: int, *, r
 def cost_curve(model: CausalLM, longest: int) -> list[float]:
     """t(1..longest): a forward over n tokens against one, measured, and planned as never cheaper than fewer
     tokens (where a wider forward measured cheaper, a faster kernel or noise, one more token counts as free)."""
-    measured = measured_curve(model, longest)
-    return [max(measured[: n + 1]) for n in range(len(measured))]
+    return batch_curve(model, 1, longest)
 
 
 def measured_curve(model: CausalLM, longest: int) -> list[float]:
     """t(1..longest): a forward over n tokens against one, as measured (interpolated between measured sizes)."""
-    costs = forward_costs(model)
-    return [relative_cost(costs, n) for n in range(1, longest + 1)]
+    return batch_curve(model, 1, longest, planned=False)
 
 
 def expected_tokens(w: int, n: int, g: int, hit_rate: float, *, prompt_pool: bool = False) -> float:

@@ -112,11 +112,7 @@ class Eagle:
         size = None
         if self.tree_size is None:
             longest = self.depth * self.width + self.lookup + 1
-            costs = self.costs
-            if costs is None:
-                curve = tuning.batch_curve(s.target.model, s.batch, longest)
-                margin = tuning.batch_margin(s.target.model, s.batch)
-                costs = BatchCosts({s.batch: DraftCosts(0.0, curve)}, margin=margin)
+            costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch, longest=longest, planned=True)
             size = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
         depth_cost = self.depth_cost
         if depth_cost is None:  # only the rule weighs it

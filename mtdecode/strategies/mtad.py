@@ -41,6 +41,7 @@ from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session, Step, with_new_token
+from mtdecode.strategies.autoregressive import prefill
 from mtdecode.strategies.speculative import rule_choice
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
@@ -199,10 +200,9 @@ def choose(
 
 
 def plain_token(s: Session) -> Int[Tensor, " batch"]:
-    """A step with no block in any row: one target forward over each row's unread tokens, and the next token as
-    step 4 takes it with n = 0 (the argmax when greedy, else a draw from the judged p), without steps 2 and 3."""
-    logits = s.target.extend(s.unread(s.target), logits_to_keep=1)[:, -1]  # (batch, vocab)
-    s.target.cache.commit()
+    """A step with no block in any row: the next token as step 4 takes it with n = 0 (the argmax when greedy, else a
+    draw from the judged p), without steps 2 and 3."""
+    logits = prefill(s)  # (batch, vocab): one target forward over each row's unread tokens
     return logits.argmax(-1) if s.sampler.greedy else draw(judged(s.sampler, logits), s.random, s.active)
 
 

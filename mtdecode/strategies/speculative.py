@@ -42,6 +42,7 @@ from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts,
 from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Choice, Session, Step, with_new_token
+from mtdecode.strategies.autoregressive import prefill, sample_next
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 
@@ -85,7 +86,8 @@ class Speculative:
             if guesses.shape[1] == 0:  # no row drafted: a plain step at greedy cost, the same draw as line 10's
                 if length is not None:
                     length.record(k, torch.zeros_like(k))
-                steps = s.commit(plain_token(s)[:, None], 1, drafted=k, accepted=torch.zeros_like(k))
+                token = sample_next(s, prefill(s))  # p's own draw, as lines 4 and 10 make it with k = 0
+                steps = s.commit(token[:, None], 1, drafted=k, accepted=torch.zeros_like(k))
                 s.catch_up(draft, drafted=k)  # the draft rests: it reads what it missed when it next drafts
                 yield steps
                 continue
@@ -142,14 +144,6 @@ def draft_tokens(
         empty = torch.empty(s.batch, 0, dtype=torch.long, device=s.device)
         return empty, torch.empty(s.batch, 0, vocab, dtype=draft.model.dtype, device=s.device), drafted
     return torch.stack(guesses, dim=1), torch.stack(q_rows, dim=1), drafted
-
-
-def plain_token(s: Session) -> Int[Tensor, " batch"]:
-    """A step with no guess in any row: one target forward over each row's unread tokens, and the next token drawn
-    from p (its argmax when greedy), as lines 4 and 10 would draw it with k = 0, without the rejection machinery."""
-    logits = s.target.extend(s.unread(s.target), logits_to_keep=1)[:, -1]  # (batch, vocab)
-    s.target.cache.commit()
-    return s.sampler.sample(logits, s.random, s.active)
 
 
 def verify(s: Session, guesses: Int[Tensor, "batch guesses"]) -> Float[Tensor, "batch guesses_plus_1 vocab"]:
