@@ -44,6 +44,7 @@ TESTS = [
     "tests/test_sampling.py",
     "tests/test_smollm2.py",  # float32 real model: near ties
     "tests/test_drafting.py",  # greedy parity with the stopping rule; seeded batch rows against rows alone
+    "tests/test_goodput.py",  # greedy parity under the batch rule; measured batch costs
     "tests/test_int8.py",  # bitwise row independence of the int8 product; parity on an int8 model
     "tests/test_zoo.py",  # oneDNN's float32 product within the rounding bound
     "tests/test_half_precision.py",  # ε calibrated per host; exact up to ties in bfloat16 and float16
