@@ -13,11 +13,16 @@ rate so far:
 
 - pi_i is estimated from the draft's own confidence in each guess (q's probability of the
   token it drew; at temperature 0 the draft's softmax), calibrated per row by how often
-  guesses of that confidence were accepted earlier in the run;
+  guesses of that confidence were accepted earlier in the run, starting from the confidence
+  scaled by how often the row's guesses of every confidence were accepted against it;
 - a, the chance that the next, not yet drafted guess is accepted, is the row's acceptance
-  rate so far, or, where that chance is known before the guess is made (a copied token's
+  rate so far (from a prior: the draft's measured acceptance, `mtdecode.tuning.draft_acceptance`,
+  or an even chance), or, where that chance is known before the guess is made (a copied token's
   position, in prompt lookup), that;
-- t and c are measured on the host (`mtdecode.tuning.draft_costs`).
+- t and c are measured on the host (`mtdecode.tuning.draft_costs`);
+- the first guess of a step also pays for the draft reading what it missed (the prompt, at
+  first), c (t(u) / t(1) - 1) for u unread tokens, spread over the tokens the row has left, since
+  a draft that has caught up costs no more in later steps.
 
 Where every guess's chance is known before any is verified (prompt lookup's copied tokens, whose
 positions' acceptance is on record), `DraftLength.plan` picks the number of guesses k at once, as
@@ -27,7 +32,10 @@ hosts a forward over 2 tokens costs more than one over 4).
 
 A row whose acceptance says that not even a first guess pays drafts nothing, at greedy cost;
 so that a bad start does not stop it for good, it tries one guess after `PATIENCE` steps
-without drafting, and waits twice as long after each try that is rejected. The rule counts
+without drafting, and waits twice as long after each try that is rejected; it tries only while
+a first guess could pay at an optimistic acceptance (its rate plus one standard error, at most 1)
+and more than twice as many tokens are left as it waited (a try near the end teaches nothing
+that could still be used). The rule counts
 those row steps (`DraftLength.declined`), and `drafting_choice` words what it chose over a run
 for `Stats.choices`: a run in which no row step drafted because no guess paid decoded greedily.
 
@@ -54,6 +62,8 @@ units of t_1(1), so that steps of any batch compare.
 - When the guesses do not pay, the batch decodes at greedy cost. It tries one guess in every row after
   `PATIENCE` such steps (twice as long after each try that did not pay) while a first guess could
   still pay at an optimistic estimate of the rows' acceptance, so rows rejoin when guesses pay again.
+  A strategy whose drafting costs work before the rule can weigh its guesses (EAGLE's head) asks
+  `DraftLength.idle` whether the batch should rest, and skips that work then.
 - At batch 1 the rule above decides. With `DraftCosts` (one row's), each row weighs its own steps
   alone, as if the batch were free: then a row decodes exactly as its prompt alone.
 
@@ -69,7 +79,6 @@ dropped after it was drawn: that would condition it on its own value, and it wou
 be a draw from q.
 """
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -80,7 +89,8 @@ from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: confidence bins of the per-row calibration (equal widths over [0, 1])
 BINS = 10
-#: pseudo-observations per bin at the draft's own confidence, before the row has seen any
+#: pseudo-observations per bin at the draft's own confidence, before the row has seen any; and guesses at the prior
+#: acceptance (`DraftLength`'s `acceptance`) in the row's acceptance
 PRIOR = 2.0
 #: a row that stopped drafting altogether tries one guess again after this many steps without (then
 #: after twice as many each time the try is rejected), so a bad start does not stop it for good
@@ -171,6 +181,10 @@ class DraftLength:
     - `device`: where the row tensors live.
     - `remaining`: a function giving each row's tokens left in its budget (`Session.remaining`); the batch rule
       weighs how soon the batch's last row ends by it (None: every row's alike).
+    - `acceptance`: the chance that a first guess is accepted before any was verified, the prior of the rows'
+      acceptance (worth `PRIOR` guesses): 1/2 by default; `Speculative` and `MTAD` pass their draft's, measured
+      once per host (`mtdecode.tuning.draft_acceptance`), so that a draft that is seldom right is not tried
+      and one that is often right drafts from the first step.
     """
 
     def __init__(
@@ -179,16 +193,22 @@ class DraftLength:
         batch: int,
         device: torch.device,
         remaining: Callable[[], Int[Tensor, " batch"]] | None = None,
+        acceptance: float = 0.5,
     ) -> None:
+        if not 0 <= acceptance <= 1:
+            raise ValueError(f"acceptance must be a chance in [0, 1], got {acceptance}")
+        self.prior = acceptance
         #: whether the batch is weighed as one (the batch rule); else each row alone
         self.together = isinstance(costs, BatchCosts) and batch > 1
         #: each row's tokens left in its budget, now (the batch rule weighs how soon the last row ends)
         self.remaining = remaining
-        #: the batch rule's margin (`BatchCosts.margin`): guesses must end the batch this much sooner to count
-        self.margin = costs.margin if self.together else 0.0
+        #: `BatchCosts.margin` (the default costs'; 0 for one row's `DraftCosts`): with the batch rule, guesses must end
+        #: the batch this much sooner to count; at batch 1, a step's cost with guesses is taken this much higher
+        self.margin = costs.margin if isinstance(costs, BatchCosts) else 0.0
         self.costs = costs.at(batch) if isinstance(costs, BatchCosts) else costs
         self.hits = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # accepted guesses per bin
         self.tries = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # verified guesses per bin
+        self.judged = torch.zeros(batch, dtype=torch.float64, device=device)  # verified guesses' confidences, summed
         self.rested = torch.zeros(batch, dtype=torch.long, device=device)  # steps since the row last drafted
         self.patience = torch.full((batch,), PATIENCE, dtype=torch.long, device=device)
         # the row's rate so far, tokens per unit of cost (one greedy step as the prior): what a planned step must beat
@@ -205,15 +225,17 @@ class DraftLength:
         self,
         upcoming: Float[Tensor, " batch"] | None = None,
         possible: Bool[Tensor, " batch"] | None = None,
-        unread: int = 1,
+        unread: int | Sequence[int] = 1,
     ) -> Bool[Tensor, " batch"]:
         """A new step, no guess drafted yet: which rows should draft a first guess (the rule with i = 0,
         pi_0 = 1, E(0) = 1, T(0) = 1: a draft whose acceptance cannot pay for a guess is not used).
         `upcoming`: the first guess's chance of acceptance where it is known before drafting (default: a).
         `possible`: the rows that may draft this step (unfinished, with room in their budget); those the rule
         stops are counted in `declined` (None: nothing is counted). `unread`: the tokens the draft must read
-        before its first guess (the widest row's: the prompt at first, then what was committed while the batch
-        did not draft); with the batch rule the first guess pays for that catch-up too (`catch_up`)."""
+        before its first guess, per row (the prompt at first, then what was committed while the row did not draft;
+        one number: every row's); the first guess pays for that catch-up too (`catch_up`; with the batch rule, the
+        widest row's, since every row feeds as many), spread over the tokens the row (the batch) has left, since a
+        draft that has caught up costs no more in later steps."""
         batch, device = self.hits.shape[0], self.hits.device
         self.survive = torch.ones(batch, dtype=torch.float64, device=device)  # pi_i
         self.expected = torch.ones(batch, dtype=torch.float64, device=device)  # E(i)
@@ -222,13 +244,20 @@ class DraftLength:
         # copies: the caller goes on to narrow its own mask in place
         self.playing = torch.ones(batch, dtype=torch.bool, device=device) if possible is None else possible.clone()
         self.going = self.playing.clone()
-        self.setup = self.catch_up(unread) if self.together else 0.0
+        # the catch-up is paid once and serves every later step while the rows draft: spread over their budgets
+        unread = [unread] * batch if isinstance(unread, int) else list(unread)
+        left = (self.remaining() if self.remaining is not None else torch.ones(batch)).clamp(min=1).tolist()
+        if self.together:
+            self.setup = self.catch_up(max(unread)) / max(left)
+        else:  # each row's own
+            spread = [self.catch_up(n) / m for n, m in zip(unread, left, strict=True)]
+            self.setup = torch.tensor(spread, dtype=torch.float64, device=device)
         if self.together:  # the batch rule: every row in play drafts, or none
             pays = self.pays().expand(batch)
             self.probing = self.playing & ~pays & self.batch_may_try()
         else:
             pays = self.pays()
-            self.probing = ~pays & (self.rested >= self.patience)  # a rested row tries one guess
+            self.probing = ~pays & self.may_try()  # a rested row tries one guess
         if possible is not None:
             self.declined += (possible & ~pays & ~self.probing).sum()
         self.going = self.playing & (pays | self.probing)
@@ -279,7 +308,13 @@ class DraftLength:
             )
             pays = bool(more < now * (1 - self.margin)) and (i == 0 or not bool(self.probing.any()))
             return torch.full_like(self.going, pays)
-        pays = self.survive * a * self.costs.step(i) > self.expected * added
+        # (rule), with a step's cost taken `margin` higher once it has a guess: T'(0) = T(0), T'(i) = T(i) (1 + margin)
+        if i == 0:  # the first guess also pays for the row's catch-up
+            added = added + self.setup + self.margin * self.costs.step(1)
+        else:
+            added = added * (1 + self.margin)
+        spent = self.costs.step(i) * (1 + self.margin if i > 0 else 1)
+        pays = self.survive * a * spent > self.expected * added
         return pays & ~self.probing if i > 0 else pays  # a try is one guess
 
     def plan(
@@ -324,11 +359,7 @@ class DraftLength:
         self.playing = torch.ones_like(available, dtype=torch.bool) if rows is None else rows.to(device).clone()
         self.confidences = []
         if self.together:
-            widths = torch.arange(width + 1, device=device)
-            upto = torch.minimum(widths, available.clamp(max=width)[:, None])  # (batch, options): what each verifies
-            ends = self.finish(expected.double().gather(1, upto), cost)  # (options,)
-            best = int(ends.argmin())  # the first of equals
-            best = best if ends[best] < ends[0] * (1 - self.margin) else 0
+            best = self.batch_width(expected, available, cost)
             could = (available > 0) & self.playing
             probe = best == 0 and bool(could.any()) and self.batch_may_try()
             self.probing = could & probe
@@ -336,23 +367,82 @@ class DraftLength:
             return available.clamp(max=1 if probe else best) * self.playing
         beyond = torch.arange(width + 1, device=device) > available[:, None]
         rate = self.rate()[:, None]  # (batch, 1)
+        cost = torch.cat([cost[:1], cost[1:] * (1 + self.margin)])  # T'(k), as in `pays`
         k = (expected.double() - rate * cost).masked_fill(beyond, -torch.inf).argmax(1)  # the first of equals
-        self.probing = (k == 0) & (available > 0) & (self.rested >= self.patience)
+        self.probing = (k == 0) & (available > 0) & self.may_try()
         self.declined += ((k == 0) & (available > 0) & ~self.probing).sum().to(self.declined)
         return torch.where(self.probing, 1, k)
+
+    def batch_width(
+        self,
+        expected: Float[Tensor, "batch options"],
+        available: Int[Tensor, " batch"],
+        cost: Float[Tensor, " options"] | None = None,
+    ) -> int:
+        """With the batch rule: the width w with which the batch would end soonest (`finish` over the rows in play),
+        row b verifying min(w, `available[b]`) guesses worth `expected[b]` E(0..width); 0 unless w ends it sooner
+        than none by the margin."""
+        width = expected.shape[1] - 1
+        device = expected.device
+        cost = self.step_costs(range(width + 1)).to(device) if cost is None else cost
+        widths = torch.arange(width + 1, device=device)
+        upto = torch.minimum(widths, available.to(device).clamp(max=width)[:, None])  # (batch, options)
+        ends = self.finish(expected.double().gather(1, upto), cost)  # (options,)
+        best = int(ends.argmin())  # the first of equals
+        return best if ends[best] < ends[0] * (1 - self.margin) else 0
+
+    def idle(
+        self, expected: Float[Tensor, "batch options"] | None = None, available: Int[Tensor, " batch"] | None = None
+    ) -> bool:
+        """With the batch rule: whether the batch should rest this step, drafting nothing and skipping the work that
+        drafting needs before the rule can weigh its guesses (`Eagle`'s head reading the target's features and
+        scoring its first depth): its last step verified no guess, it is not due to try one (`batch_may_try`), and
+        no guess whose chances are known before drafting (`expected`, E(0..width) per row, of `available`
+        guesses, such as a copy) would pay on its own. Call `rest` for such a step."""
+        if not self.together or self.batch_rested == 0 or self.batch_may_try():
+            return False
+        return expected is None or available is None or self.batch_width(expected, available) == 0
+
+    def rest(self, possible: Bool[Tensor, " batch"]) -> None:
+        """Record a step in which the batch drafted nothing without drafting at all (`idle`): the `possible` rows
+        (those still decoding) count as declined, and the batch's steps without drafting grow by one."""
+        none = torch.zeros_like(possible, dtype=torch.long)
+        self.playing, self.probing, self.confidences = possible.clone(), torch.zeros_like(possible), []
+        self.declined += possible.sum().to(self.declined)
+        self.record(none, none)
 
     def batch_may_try(self) -> bool:
         """Whether a batch that drafts nothing should try one guess in every row: it has rested `PATIENCE` steps
         (more after tries that did not pay), and a first guess could still pay at an optimistic acceptance, the
-        rows' pooled rate plus two standard errors (a try teaches the rule about every row at once, so after one
-        or two tries that did not pay, a batch whose guesses cannot pay stops trying)."""
-        if self.batch_rested < self.batch_patience:
+        rows' pooled rate plus one standard error, at most 1 (a try teaches the rule about every row at once, so
+        after one or two tries that did not pay, a batch whose guesses cannot pay stops trying; where one more token
+        per row costs nearly a step, not even a guess that is always accepted pays, and the batch never tries). The
+        draft's catch-up counts as in `start`."""
+        if self.batch_rested < self.batch_patience or not self.left_for_try(self.batch_patience).any():
             return False
-        tries, hits = float(self.tries.sum()), float(self.hits.sum())  # every row's
-        a = (hits + 1) / (tries + 2)
-        optimistic = a + 2 * math.sqrt(a * (1 - a) / (tries + 2))
         added = self.costs.draft + self.costs.t(2) - self.costs.t(1) + self.setup
-        return optimistic * self.costs.step(0) * (1 - self.margin) > added
+        return bool(self.optimistic()[0] * self.costs.step(0) * (1 - self.margin) > added)
+
+    def optimistic(self) -> Float[Tensor, " batch"]:
+        """The rows' acceptance (`acceptance`) plus one standard error, at most 1: what a try hopes for."""
+        a = self.acceptance()
+        tries = self.record_of_rows()[1].sum(1)
+        return (a + (a * (1 - a) / (tries + PRIOR)).sqrt()).clamp(max=1)
+
+    def may_try(self) -> Bool[Tensor, " batch"]:
+        """The one-row rule's tries: the rows that rested `PATIENCE` steps (more after tries that were rejected), with
+        enough of their budget left to use what a try teaches (`left_for_try`), whose first guess could pay at their
+        `optimistic` acceptance."""
+        added = self.costs.draft + self.costs.t(2) - self.costs.t(1) + self.setup
+        hopeful = self.optimistic() * self.costs.step(0) > added  # as `batch_may_try`, row by row
+        return (self.rested >= self.patience) & self.left_for_try(self.patience) & hopeful
+
+    def left_for_try(self, patience: int | Int[Tensor, " batch"]) -> Bool[Tensor, " batch"]:
+        """The rows with more than twice `patience` tokens left in their budget: a try near a row's end teaches the
+        rule nothing it could still use (all rows, where the budget is not known)."""
+        if self.remaining is None:
+            return torch.ones_like(self.rested, dtype=torch.bool)
+        return self.remaining().to(self.rested.device) > 2 * patience
 
     def catch_up(self, unread: int) -> float:
         """What the draft's first forward of a step costs beyond one token per row when it must read `unread` tokens
@@ -379,7 +469,7 @@ class DraftLength:
             both = torch.stack([expected, expected + torch.where(rows, gain.double(), 0.0)], dim=1)  # (batch, 2)
             now, more = self.finish(both, costs, rows).tolist()
             return rows & (more < now * (1 - self.margin))
-        return rows & (gain > self.rate() * cost)
+        return rows & (gain > self.rate() * cost * (1 + self.margin))
 
     def finish(
         self,
@@ -407,19 +497,24 @@ class DraftLength:
 
     def calibrated(self, confidence: Float[Tensor, "batch ..."]) -> Float[Tensor, "batch ..."]:
         """P(accepted | confidence), from this row's history in the confidence's bin, starting at the confidence
-        (with the batch rule, from every row's: the rows share the draft and the target, so the batch learns how
-        far to trust the draft's confidence as many times faster as it has rows)."""
+        scaled by how far the row's guesses of every bin were accepted more or less often than their confidence said
+        (with the batch rule, from every row's: the rows share the draft and the target, so the batch learns how far
+        to trust the draft's confidence as many times faster as it has rows). The scale learns from every verified
+        guess, a bin only from its own, so an overconfident draft is distrusted in every bin after a few rejections."""
         columns = bin_of(confidence).reshape(confidence.shape[0], -1)  # (batch, guesses)
         hits, tries = self.record_of_rows()
+        judged = self.judged.sum().expand_as(self.judged) if self.together else self.judged
+        scale = (hits.sum(1) + 1) / (judged + 1)  # (batch,): accepted over expected, one sure hit as the prior
+        prior = (confidence * scale.reshape(-1, *[1] * (confidence.dim() - 1))).clamp(max=1)
         hits = hits.gather(1, columns).reshape(confidence.shape)
         tries = tries.gather(1, columns).reshape(confidence.shape)
-        return (hits + PRIOR * confidence) / (tries + PRIOR)
+        return (hits + PRIOR * prior) / (tries + PRIOR)
 
     def acceptance(self) -> Float[Tensor, " batch"]:
-        """The row's acceptance rate so far (one accepted and one rejected guess as a prior; with the batch rule,
-        the rows' together)."""
+        """The row's acceptance rate so far (`PRIOR` guesses at the prior `acceptance`; with the batch rule, the rows'
+        together)."""
         hits, tries = self.record_of_rows()
-        return (hits.sum(1) + 1) / (tries.sum(1) + 2)
+        return (hits.sum(1) + PRIOR * self.prior) / (tries.sum(1) + PRIOR)
 
     def record_of_rows(self) -> tuple[Float[Tensor, "batch bins"], Float[Tensor, "batch bins"]]:
         """Accepted and verified guesses per confidence bin, per row: each row's own, or with the batch rule the
@@ -480,6 +575,7 @@ class DraftLength:
         bins = bin_of(confidence)
         self.tries.scatter_add_(1, bins, tried.double())
         self.hits.scatter_add_(1, bins, (hit & tried).double())
+        self.judged += torch.where(tried, confidence.double().clamp(0, 1), 0.0).sum(1)
 
 
 def drafting_choice(

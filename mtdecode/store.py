@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import tempfile
+import weakref
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -101,6 +102,19 @@ def forget(kind: str | None = None) -> int:
     for path in files:
         path.unlink(missing_ok=True)
     return len(files)
+
+
+def weights_key(module: torch.nn.Module) -> str:
+    """A fingerprint of a module's weight values (what `module_key` leaves out), for what depends on them: each
+    parameter's sum and first values, hashed; computed once per module object."""
+    if module not in _WEIGHTS:
+        with torch.no_grad():
+            parts = [(name, float(p.double().sum()), p.flatten()[:8].tolist()) for name, p in module.named_parameters()]
+        _WEIGHTS[module] = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+    return _WEIGHTS[module]
+
+
+_WEIGHTS = weakref.WeakKeyDictionary()  # module -> its `weights_key`
 
 
 def module_key(module: torch.nn.Module) -> dict:

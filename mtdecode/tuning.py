@@ -203,15 +203,22 @@ def batch_curve(model: CausalLM, rows: int, longest: int, *, planned: bool = Tru
 
 
 def batch_draft_costs(
-    target: CausalLM, draft: CausalLM | None, rows: int, *, longest: int = 32, planned: bool | None = None
+    target: CausalLM,
+    draft: CausalLM | None,
+    rows: int,
+    *,
+    longest: int = 32,
+    planned: bool | None = None,
+    draft_tokens: int = 1,
 ) -> BatchCosts:
     """The `BatchCosts` of a batch of `rows` rows, measured on this host, in units of t(1, 1): the target's forwards
-    over 1..`longest` tokens per row and a draft forward over one token per row (`draft` None: guesses that cost
-    nothing to make). The curve is planned (`batch_curve`) where there is a draft and as measured where there is
-    none, unless `planned` says otherwise. One row's are `draft_costs`' (or `copy_costs`')."""
+    over 1..`longest` tokens per row and a draft forward over `draft_tokens` tokens per row (one guess; MTAD's beams
+    feed one token each; `draft` None: guesses that cost nothing to make). The curve is planned (`batch_curve`) where
+    there is a draft and as measured where there is none, unless `planned` says otherwise. One row's are
+    `draft_costs`' (or `copy_costs`')."""
     planned = draft is not None if planned is None else planned
     curve = batch_curve(target, rows, longest, planned=planned)
-    draft_cost = 0.0 if draft is None else batch_seconds(draft, rows, 1) / forward_costs(target)[1]
+    draft_cost = 0.0 if draft is None else batch_seconds(draft, rows, draft_tokens) / forward_costs(target)[1]
     return BatchCosts({rows: DraftCosts(draft_cost, curve)}, margin=batch_margin(target, rows))
 
 
@@ -238,6 +245,39 @@ def relative_cost(costs: dict[int, float], tokens: int) -> float:
         return costs[below] / costs[1]
     slope = (costs[above] - costs[below]) / (above - below)
     return (costs[below] + slope * (tokens - below)) / costs[1]
+
+
+#: tokens of the target's own greedy text on which `draft_acceptance` scores the draft, after a start of `START` tokens
+ACCEPTANCE_TOKENS, START = 64, 8
+
+
+def draft_acceptance(target: CausalLM, draft: CausalLM) -> float:
+    """How often the draft's greedy guess is the target's greedy token, given the target's text so far: the chance
+    that a first guess is accepted at temperature 0 (alpha in Leviathan et al., Section 3.1), which the stopping rule
+    takes as its prior (`DraftLength`'s `acceptance`). Scored on `ACCEPTANCE_TOKENS` tokens of the target's own greedy
+    continuation of `START` tokens it sampled with a fixed seed; measured once per pair of models and host and kept on
+    disk like the costs (`mtdecode.store`), so that every process uses the same number."""
+    key = {
+        "target": store.module_key(target.hf) | {"weights": store.weights_key(target.hf)},
+        "draft": store.module_key(draft.hf) | {"weights": store.weights_key(draft.hf)},
+        "host": store.host_key(),
+    }
+    return store.kept("acceptance", key, lambda: {"acceptance": _score_draft(target, draft)})["acceptance"]
+
+
+def _score_draft(target: CausalLM, draft: CausalLM) -> float:
+    generator = torch.Generator().manual_seed(0)
+    runner, text = Runner(target, "tuning"), torch.zeros(1, 1, dtype=torch.long, device=target.device)
+    logits = runner.extend(text, logits_to_keep=1)[:, -1]  # (1, vocab)
+    with torch.no_grad():
+        for i in range(START + ACCEPTANCE_TOKENS):  # a start sampled from the target, then its greedy text
+            runner.cache.commit()
+            sampled = torch.multinomial(torch.softmax(logits.double().cpu(), -1), 1, generator=generator)
+            token = sampled.to(text.device) if i < START else logits.argmax(-1, keepdim=True)
+            text = torch.cat([text, token], dim=1)
+            logits = runner.extend(text[:, -1:], logits_to_keep=1)[:, -1]
+        guesses = Runner(draft, "tuning").extend(text.to(draft.device))[:, START:-1].argmax(-1)  # (1, tokens)
+    return float((guesses.to(text.device) == text[:, START + 1 :]).double().mean())
 
 
 def draft_costs(target: CausalLM, draft: CausalLM, *, longest: int = 32) -> DraftCosts:
@@ -396,8 +436,8 @@ def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
 
 def record_reference() -> None:
     """Measure the reference costs (`mtdecode.store.REFERENCE`) that the course's notebooks read: the default model's
-    forward costs, its draft's, and one more depth of its EAGLE head's tree at the default width. Run it on an
-    idle host; it replaces what was there."""
+    forward costs, its draft's, one more depth of its EAGLE head's tree at the default width, and the draft's
+    acceptance (`draft_acceptance`). Run it on an idle host; it replaces what was there."""
     from mtdecode.strategies import eagle
     from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL, load_model
 
@@ -408,6 +448,7 @@ def record_reference() -> None:
     target, draft = load_model(DEFAULT_MODEL), load_model(DRAFT_MODEL)
     forward_costs(target), forward_costs(draft)
     eagle.measure_depth_cost(target, eagle.shipped_head(target), eagle.Eagle.width)
+    draft_acceptance(target, draft)
     for path in sorted(store.REFERENCE.glob("*.json")):
         print(path.name)
 

@@ -65,9 +65,12 @@ def test_record_counts_the_guesses_each_row_tried():
     tries[0, 9] = tries[0, 5] = hits[0, 9] = 1
     tries[1, 9] = tries[1, 5] = hits[1, 9] = hits[1, 5] = 1
     assert torch.equal(length.tries.float(), tries) and torch.equal(length.hits.float(), hits)
-    # row 0's guesses of confidence 0.55 were rejected 1 time in 1: (0 + 2 * 0.55) / (1 + 2)
+    # the prior of a bin is the confidence scaled by the row's accepted over expected guesses: row 0 kept 1 of guesses
+    # of confidence 0.95 + 0.55, so (1 + 1) / (1.5 + 1) = 0.8; row 1 kept both, so (2 + 1) / (1.5 + 1) = 1.2.
+    # Row 0's guesses of confidence 0.55 were rejected 1 time in 1: (0 + 2 * 0.55 * 0.8) / (1 + 2); row 1's were
+    # accepted 1 time in 1: (1 + 2 * 0.55 * 1.2) / (1 + 2)
     calibrated = length.calibrated(torch.tensor([0.55, 0.55], dtype=torch.float64))
-    assert calibrated.tolist() == pytest.approx([1.1 / 3, 2.1 / 3])
+    assert calibrated.tolist() == pytest.approx([0.88 / 3, 2.32 / 3])
 
 
 def test_a_planned_step_maximises_tokens_less_the_rows_rate_times_cost():
@@ -93,12 +96,14 @@ def test_a_planned_step_maximises_tokens_less_the_rows_rate_times_cost():
     assert (length.gained / length.spent).tolist() == pytest.approx([3 / 2.0, 6 / 2.6, 1.0])
     # a row whose rate is high plans shorter: with r = 3, row 1's E - 3T is 3.439 - 3.15 at k = 3, 4.0951 - 4.8 at 4
     length.gained[1], length.spent[1] = 3.0, 1.0
-    length.hits.zero_(), length.tries.zero_()  # forget the calibration: chances as given
+    length.hits.zero_(), length.tries.zero_(), length.judged.zero_()  # forget the calibration: chances as given
     assert length.plan(chances, available=torch.tensor([4, 4, 1]))[1] == 3
 
 
 def test_a_row_that_plans_no_guess_tries_one_after_resting():
-    length = DraftLength(DraftCosts(draft=0.0, target=[1.0, 2.0, 3.0]), batch=1, device=torch.device("cpu"))
+    """A guess of chance 0.3 does not pay for its place (1.3 tokens for 1.5), one always accepted would (2 for 1.5):
+    the row tries one after `PATIENCE` idle steps."""
+    length = DraftLength(DraftCosts(draft=0.0, target=[1.0, 1.5, 2.0]), batch=1, device=torch.device("cpu"))
     planned = []
     for _ in range(6):
         k = length.plan(torch.tensor([[0.3, 0.3]], dtype=torch.float64), available=torch.tensor([2]))
@@ -137,14 +142,18 @@ def test_the_rule_drafts_long_when_cheap_and_sure_and_not_at_all_when_it_cannot_
     # calibration learns it, and the drafts grow to the maximum
     drafted = [step.drafted for step in steps]
     assert drafted[0] < 12 and max(drafted) == 12 and all(step.accepted == step.drafted for step in steps)
-    # a draft forward as dear as the target's, and a flat curve: a guess accepted half the time never pays
-    dear = Speculative(pair()[1], costs=linear(1.0, 0.0))
-    result = mtdecode.generate(target, [1, 2, 3], dear, max_new_tokens=40)
+    # a draft forward half as dear as the target's, and a flat curve: a guess accepted half the time never pays, one
+    # accepted always would (2 tokens for 1.5)
+    half = Speculative(pair()[1], costs=linear(0.5, 0.0), acceptance=0.5)
+    result = mtdecode.generate(target, [1, 2, 3], half, max_new_tokens=40)
     drafted = [step.drafted for step in result.steps]
     # no step drafts but single-guess tries after 4 idle steps, then after 8, 16, ... while they are rejected
     tries = [i for i, d in enumerate(drafted) if d]
     assert set(drafted) <= {0, 1} and tries[0] == 4, drafted
     assert all(b - a > 4 for a, b in zip(tries, tries[1:], strict=False)) and len(tries) <= 4
+    # as dear as the target's: not even a guess that is always accepted pays, so the row never tries one
+    dear = Speculative(pair()[1], costs=linear(1.0, 0.0), acceptance=0.5)
+    assert not any(step.drafted for step in mtdecode.generate(target, [1, 2, 3], dear, max_new_tokens=40).steps)
 
 
 def test_measured_costs_are_used_when_none_are_given(monkeypatch):

@@ -25,6 +25,8 @@ VOCAB = 16
 PROMPT = [*range(VOCAB), 1, 2, 3, 1, 2]  # every token has a past: prompt lookup finds a copy at every step
 #: no guess can pay: one more token in a forward costs twice a whole 1-token forward
 DEAR = DraftCosts(draft=0.0, target=[1.0, 3.0, 5.0])
+#: a guess accepted half the time does not pay, one always accepted would: worth a try now and then
+TRYABLE = DraftCosts(draft=0.0, target=[1.0, 1.7, 2.4])
 #: every guess pays: wider forwards cost nothing more
 FREE = DraftCosts(draft=0.0, target=[1.0, 1.0, 1.0])
 
@@ -164,9 +166,10 @@ def test_a_rule_that_drafts_records_its_guesses_and_does_not_warn(kind):
 
 
 def test_a_long_run_that_tries_again_is_not_a_fallback():
-    """With no guess paying, a row still tries one after 4 idle steps: over 12 tokens it drafts, so no warning,
-    and the choice counts the row steps it held back."""
-    result, warned = run(Speculative(draft(), costs=DEAR), 12)
+    """With no guess paying at the prior acceptance, a row still tries one after 4 idle steps while more than twice
+    that many tokens are left: over 20 tokens it drafts, so no warning, and the choice counts the row steps it held
+    back."""
+    result, warned = run(Speculative(draft(), costs=TRYABLE, acceptance=0.5), 20)
     assert not warned
     (choice,) = result.stats.choices
     held = int(re.match(r"(\d+) row steps drafted nothing", choice.reason).group(1))

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import mtdecode
 from mtdecode import tuning
 from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength
-from mtdecode.strategies import MTAD, Eagle, Lookahead, PromptLookup, Speculative
+from mtdecode.strategies import MTAD, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.models import perturbed
 from mtdecode.zoo.eagle import EagleHead
@@ -62,6 +62,7 @@ RULED = {  # every strategy with a rule, given batch costs
     "prompt_lookup": lambda costs: PromptLookup(costs=costs),
     "mtad": lambda costs: MTAD(pair()[1], beam_width=2, costs=costs),
     "eagle": lambda costs: Eagle(head(), depth=3, width=3, costs=costs, depth_cost=0.05),
+    "jacobi": lambda costs: Jacobi(costs=costs),
 }
 
 
@@ -159,17 +160,22 @@ def test_the_rows_of_a_batch_draft_together(name):
 
 def test_a_batch_whose_guesses_do_not_pay_decodes_at_greedy_cost():
     """- t_4(2) = 4 t_4(1): not even a guess that is always accepted pays, so the batch never drafts, and says so.
-    - t_4(2) = 1.5 t_4(1) and a draft that is an unrelated model: the batch tries one guess per row once or twice,
-      learns from every row at once that its guesses do not pay, and decodes at greedy cost from then on.
+    - t_4(2) = 1.5 t_4(1) and a draft that is an unrelated model, taken to be accepted half the time before any
+      guess is verified: the batch tries one guess per row once or twice, learns from every row at once that its
+      guesses do not pay, and decodes at greedy cost from then on. With the draft's measured acceptance as the prior
+      (`tuning.draft_acceptance`, 0.08), it never tries.
     - Flat costs and a good draft: the batch drafts in most steps."""
     target, good = pair()
     bad = tiny_model("llama", vocab_size=VOCAB, seed=9)
     prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
     steep = mtdecode.generate(target, prompts, Speculative(good, costs=together(4, 0.05, 3.0)), max_new_tokens=40)
     assert not any(s.drafted for s in steep.steps) and steep.stats.choices[0].greedy
-    dear = mtdecode.generate(target, prompts, Speculative(bad, costs=together(4, 0.05, 0.5)), max_new_tokens=40)
+    strategy = Speculative(bad, costs=together(4, 0.05, 0.5), acceptance=0.5)
+    dear = mtdecode.generate(target, prompts, strategy, max_new_tokens=40)
     tries = [s.drafted for s in dear.steps_of(0) if s.drafted > 0]
     assert 1 <= len(tries) <= 2 and set(tries) == {1}
+    measured = mtdecode.generate(target, prompts, Speculative(bad, costs=together(4, 0.05, 0.5)), max_new_tokens=40)
+    assert not any(s.drafted for s in measured.steps)
     flat = mtdecode.generate(target, prompts, Speculative(good, costs=together(4, 0.0, 0.01)), max_new_tokens=40)
     assert sum(s.drafted > 0 for s in flat.steps_of(0)) > len(flat.steps_of(0)) / 2
 
@@ -209,3 +215,87 @@ def test_one_measurement_per_number_of_rows(tmp_path, monkeypatch):
     assert sorted(one) == list(tuning.SIZES) and sorted(two) == tuning.measured_sizes(2)
     kept = sorted(path.read_text().count('"rows": 2') for path in tmp_path.glob("forward-*.json"))
     assert kept == [0, 1]
+
+
+def test_a_resting_batch_leaves_the_head_idle_and_catches_it_up(monkeypatch):
+    """EAGLE under the batch rule: where no node can pay (t_4(2) = 4 t_4(1)), the head grows one tree, finds nothing
+    worth verifying, and rests from then on: plain steps, no head forward. Where nodes pay now and then, a batch
+    that rested reads the target's features of every step it missed in one head forward, and drafts again; every
+    row equals greedy decoding of its prompt alone either way."""
+    from mtdecode.strategies import eagle
+
+    calls = {"grow": 0, "read": [], "rest": 0}
+    grow, read, rest = eagle.grow_tree, eagle.read_features, eagle.rest_step
+
+    def counted_read(s, head, features, root):
+        calls["read"].append(max(len(f) for f in features))
+        return read(s, head, features, root)
+
+    def counted(name, function):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(eagle, "grow_tree", counted("grow", grow))
+    monkeypatch.setattr(eagle, "read_features", counted_read)
+    monkeypatch.setattr(eagle, "rest_step", counted("rest", rest))
+    target = pair()[0]
+    prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
+    steep = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 3.0), depth_cost=0.05)
+    result = mtdecode.generate(target, prompts, steep, max_new_tokens=30)
+    # the prompt's features read, one tree grown and its step's features read, then every step a rest
+    assert calls["grow"] == 1 and len(calls["read"]) == 2 and calls["rest"] == len(result.steps_of(0)) - 2
+    assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 30) for p in prompts]
+    calls.update(grow=0, read=[], rest=0)
+    some = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 0.4), depth_cost=0.05)
+    result = mtdecode.generate(target, prompts, some, max_new_tokens=60)
+    assert calls["rest"] > 0 and max(calls["read"][1:]) > 1, calls  # caught up on several steps at once
+    assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 60) for p in prompts]
+
+
+def test_jacobi_verifies_the_guesses_that_pay_and_moves_the_others_on():
+    """Jacobi's rule: steep batch costs, no guess verified (a plain step each, and the choice says it decoded
+    greedily); flat costs, guesses verified; a row that verified none moves its guesses on one place."""
+    from mtdecode.strategies.jacobi import moved_on
+
+    target = pair()[0]
+    prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
+    steep = mtdecode.generate(target, prompts, Jacobi(costs=together(4, 0.0, 3.0)), max_new_tokens=20)
+    assert not any(s.drafted for s in steep.steps) and steep.stats.choices[0].greedy
+    flat = mtdecode.generate(target, prompts, Jacobi(costs=together(4, 0.0, 0.0)), max_new_tokens=20)
+    assert sum(s.drafted > 0 for s in flat.steps_of(0)) > len(flat.steps_of(0)) / 2
+    for result in (steep, flat):
+        assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 20) for p in prompts]
+    assert moved_on(torch.tensor([[5, 6, 7]])).tolist() == [[6, 7, 7]]
+
+
+def test_a_lookahead_window_of_one_column_and_one_row_feeds_x0_alone(monkeypatch):
+    """W = 1, N = 2: the window is x0 alone (its start draws W + N - 3 = 0 prompt tokens), so a step with no candidate
+    feeds one token per row, as greedy decoding does."""
+    from mtdecode.strategies import lookahead
+
+    fed = []
+    step = lookahead.lookahead_step
+
+    def recorded(s, window, candidates):
+        fed.append(window.columns + sum(row.shape[1] for row in window.rows[1:]))
+        return step(s, window, candidates)
+
+    monkeypatch.setattr(lookahead, "lookahead_step", recorded)
+    target = pair()[0]
+    result = mtdecode.generate(target, [[1, 2, 3], [4, 5]], Lookahead(1, 2, 0), max_new_tokens=6)
+    assert fed and set(fed) == {1}
+    assert [result.row(b) for b in range(2)] == [greedy_tokens(target, p, 6) for p in ([1, 2, 3], [4, 5])]
+
+
+def test_a_drafts_acceptance_is_measured_once_on_the_targets_own_text(tmp_path, monkeypatch):
+    """`tuning.draft_acceptance`: 1 for the target drafting for itself, less for an unrelated model, kept on disk."""
+    monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
+    target, draft = mtdecode.CausalLM(pair()[0]), mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=9))
+    assert tuning.draft_acceptance(target, target) == 1.0
+    measured = tuning.draft_acceptance(target, draft)
+    assert 0 <= measured < 1
+    monkeypatch.setattr(tuning, "_score_draft", lambda *_: pytest.fail("measured twice"))
+    assert tuning.draft_acceptance(target, draft) == measured

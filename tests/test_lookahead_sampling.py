@@ -61,11 +61,11 @@ def test_prompt_lookup_sampling_matches_autoregressive():
 
 def test_prompt_lookup_sampling_with_the_rule_matches_autoregressive():
     """The default rule (`DraftLength.plan`) chooses how many copied tokens to verify from the row's earlier steps
-    only; on a host whose 2-token forward is dearer than its 3-token one it verifies 0, 1 or 2 of them at the
+    only; on a host whose 2-token forward is dearer than its 3-token one it verifies 0 or 1 of them at the
     second step depending on the first step's outcome (checked first), and the law is still p. (Copied tokens are
     not drawn: whether a step verifies one or not, its output at that position is p, so even a rule that read p
     could not bias the law; what this guards is the bookkeeping of steps of varying widths.)"""
-    strategy = PromptLookup(ngram=2, costs=DraftCosts(draft=0.0, target=[1.0, 1.3, 1.05, 1.4]))
+    strategy = PromptLookup(ngram=2, costs=DraftCosts(draft=0.0, target=[1.0, 1.2, 1.05, 1.4]))
     runs = mtdecode.generate(target(), [LOOKUP_PROMPT] * 200, strategy, max_new_tokens=3, temperature=1.0, seed=0)
     second = {runs.steps_of(b)[1].drafted for b in range(200) if len(runs.steps_of(b)) > 1}
     assert len(second) > 1, second
@@ -98,6 +98,6 @@ def test_the_test_rejects_a_wrong_verifier(which, monkeypatch):
         monkeypatch.setattr(tuning, "forward_costs", fixed_costs)
         result = check(Lookahead(2, 3, None, prompt_pool=True), LOOKAHEAD_PROMPT, SETTINGS["plain"])
     else:
-        strategy = PromptLookup(ngram=2, costs=DraftCosts(draft=0.0, target=[1.0, 1.3, 1.05, 1.4]))
+        strategy = PromptLookup(ngram=2, costs=DraftCosts(draft=0.0, target=[1.0, 1.2, 1.05, 1.4]))
         result = check(strategy, LOOKUP_PROMPT, SETTINGS["plain"])
     assert not result.passed, f"the keep_rejected mutant went unnoticed: {result}"

@@ -15,6 +15,14 @@ one forward pass, repeat. Per step, with x0 the newest committed token:
 Every step emits at least one token, so it is never slower in forward passes than greedy;
 it is faster when several guesses converge at once. Lookahead decoding
 (`mtdecode.strategies.lookahead`) keeps this update and adds an n-gram pool.
+
+A forward over 1 + b tokens costs more than one over 1 token, though (on a CPU, and for a batch
+of rows far more), and on real text plain Jacobi's guesses seldom converge. So by default
+(`block=None`) each step verifies only as many guesses as are expected to pay for their place in
+the forward (`DraftLength.plan_expected` in `mtdecode.drafting`, judged from how often guesses at
+each place of the block were accepted so far, `PlaceRecord`), at most `max_block`, down to none:
+a plain step at greedy cost, after which the row's guesses wait, one place on, for the next step
+that verifies them. `Jacobi(block=b)` verifies b guesses every step, as the papers do.
 """
 
 from collections.abc import Iterator
@@ -22,32 +30,99 @@ from dataclasses import dataclass
 
 import torch
 
-from mtdecode.session import Session, Step
+from mtdecode import tuning
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice
+from mtdecode.session import Choice, Session, Step
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.verification import NONE, verify_chain
 
 
 @dataclass(frozen=True)
 class Jacobi:
-    """Plain Jacobi decoding with a block of `block` guessed tokens (at least 1).
+    """Plain Jacobi decoding: guess a block of tokens, verify them all in one forward.
 
     Exact at temperature 0; with sampling, the guesses are verified by the one-hot rule of
     `mtdecode.verification`, which keeps the target distribution.
+
+    **Arguments:**
+
+    - `block`: verify this many guesses every step (at least 1); None (the default): as many as are expected to pay,
+      at most `max_block`, down to none (the module's docstring).
+    - `max_block`: the guesses the rows keep, and the most a step verifies when `block` is None.
+    - `costs`: what the rule weighs: `BatchCosts` or one row's `DraftCosts`, as in `Speculative`; None: the batch's
+      forward-cost curve measured on this host (`mtdecode.tuning.batch_draft_costs`).
     """
 
-    block: int = 8
+    block: int | None = None
+    max_block: int = 8
+    costs: DraftCosts | BatchCosts | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
-            raise ValueError(f"block must be an integer >= 1, got {self.block!r}")
+        check_counts(self, ("block", "max_block"), optional=["block"])
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
-        guesses = prompt_tokens(s, self.block)  # (batch, block): any start converges; prompt tokens are a cheap one
+        most = self.block or self.max_block
+        guesses = prompt_tokens(s, most)  # (batch, most): any start converges; prompt tokens are a cheap one
+        rule = record = None
+        if self.block is None:
+            costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch, longest=most + 1)
+            rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
+            record = PlaceRecord(s.batch, most, pooled=rule.together)
+            s.record_choice(lambda: block_choice(rule, s.steps))  # for `Stats.choices`
         while not s.done:
-            k = s.budget(self.block)  # (batch,): the step adds one token of its own
+            k = s.budget(most)  # (batch,): the step adds one token of its own
+            if rule is not None:  # how many of them pay, by the record of each place
+                k = rule.plan_expected(record.expected(most).to(s.device), k, s.active)
             steps, logits, accepted = verify_chain(s, up_to(guesses, k))  # steps 1-2
+            if rule is not None:
+                rule.record(k, accepted)
+                record.add(k.cpu(), accepted.cpu())
             yield steps
-            guesses = jacobi_update(logits, accepted, k, self.block)  # step 3
+            verified = (k > 0)[:, None]  # a row that verified none moves its guesses on one place and waits
+            guesses = torch.where(verified, jacobi_update(logits, accepted, k, most), moved_on(guesses))  # step 3
+
+
+class PlaceRecord:
+    """How often a guess at each place of the block was accepted, given the guesses before it were, over the steps
+    that verified it (an even chance as the prior of each place); with `pooled`, every row's record together (the
+    batch rule: the rows share the model and learn as many times faster as they are)."""
+
+    def __init__(self, batch: int, places: int, pooled: bool = False) -> None:
+        self.hits = torch.zeros(batch, places, dtype=torch.float64, device="cpu")
+        self.tries = torch.zeros(batch, places, dtype=torch.float64, device="cpu")
+        self.pooled = pooled
+
+    def expected(self, width: int) -> Float[Tensor, "batch options"]:
+        """E(0..width): the tokens a step is expected to commit when it verifies the first k guesses, k = 0..width."""
+        hits, tries = self.hits[:, :width], self.tries[:, :width]
+        if self.pooled:
+            hits, tries = hits.sum(0, keepdim=True).expand_as(hits), tries.sum(0, keepdim=True).expand_as(tries)
+        survive = ((hits + 1) / (tries + 2)).cumprod(1)  # (batch, width): guesses 1..i all accepted
+        return torch.cat([survive.new_ones(survive.shape[0], 1), 1 + survive.cumsum(1)], dim=1)
+
+    def add(self, verified: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
+        """After verification: guesses 1..accepted held, guess accepted + 1 (if verified) did not."""
+        place = torch.arange(self.hits.shape[1], device="cpu")
+        self.tries += ((place <= accepted[:, None]) & (place < verified[:, None])).double()
+        self.hits += (place < accepted[:, None]).double()
+
+
+def block_choice(rule: DraftLength, steps: list[Step]) -> Choice:
+    """What the rule chose over the run (`Stats.choices`): how many guesses the steps verified, and how many row
+    steps verified none because none was expected to pay for its place in the forward."""
+    added = rule.costs.t(2) - rule.costs.t(1)
+    pays = (
+        f"no guess was expected to pay for its place in the forward (one more verified token costs {added:.2f} of a "
+        "1-token forward; by how often guesses at each place of the block were accepted so far)"
+    )
+    fix = "Jacobi(block=b) verifies b guesses every step"
+    return drafting_choice("Jacobi", rule, steps, guesses="guesses", pays=pays, fix=fix)
+
+
+def moved_on(guesses: Int[Tensor, "batch block"]) -> Int[Tensor, "batch block"]:
+    """A row's guesses after a step that committed one token without verifying them: the first guess was for the
+    place just committed, so the others move up one place, and the last is repeated at the end."""
+    return torch.cat([guesses[:, 1:], guesses[:, -1:]], dim=1)
 
 
 def up_to(guesses: Int[Tensor, "batch block"], k: Int[Tensor, " batch"]) -> Int[Tensor, "batch guesses"]:
@@ -77,5 +152,5 @@ def prompt_tokens(s: Session, n: int) -> Int[Tensor, "batch n"]:
     width = max(s.prompt_lengths)
     rows = [row[:n] + [0] * (width - n) for row, n in zip(s.tokens, s.prompt_lengths, strict=True)]
     prompts = torch.tensor(rows, device="cpu")
-    picks = (s.random.uniform(n).to(s.device) * lengths[:, None]).long()  # (batch, n): uniform over positions
+    picks = (s.random.uniform(n).to(s.device)[:, :n] * lengths[:, None]).long()  # (batch, n): uniform over positions
     return prompts.to(s.device).gather(1, torch.minimum(picks, lengths[:, None] - 1))

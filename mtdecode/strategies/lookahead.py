@@ -283,14 +283,17 @@ def lookahead_step(
     count, length = candidates.shape[1:] if candidates.shape[2] else (0, 0)
     layout = LookaheadLayout(context.shape[1], len(window.rows), window.columns, count, length)
     ids = torch.cat([context, *window.rows, candidates[:, :count].clamp(min=0).flatten(1)], dim=1)
-    last_row = layout.row(layout.rows - 1)
+    last_row = layout.row(layout.rows - 1)  # starts with x0 when the window is one row deep (N = 2)
+    after_x0 = [] if layout.rows == 1 else [layout.cell(0, 0)]  # the output layer reads x0 once
     candidate_rows = [layout.candidate(c, k) for c in range(count) for k in range(length)]
-    wanted = torch.tensor([layout.cell(0, 0), *last_row, *candidate_rows], device=s.device)
+    wanted = torch.tensor([*after_x0, *last_row, *candidate_rows], device=s.device)
     logits = s.target.forward(
         ids, layout.positions(device=s.device), layout.mask(device=s.device), pad=pad, logits_to_keep=wanted
-    )  # (batch, 1 + columns + candidates * length, vocab)
-    new_row = logits[:, 1 : 1 + layout.columns].argmax(dim=-1)
-    steps, verdict = verify_and_keep(s, layout, candidates[:, :count], logits[:, 0], logits[:, 1 + layout.columns :])
+    )  # (batch, [1] + columns + candidates * length, vocab)
+    first = len(after_x0)
+    new_row = logits[:, first : first + layout.columns].argmax(dim=-1)
+    candidate_logits = logits[:, first + layout.columns :]
+    steps, verdict = verify_and_keep(s, layout, candidates[:, :count], logits[:, 0], candidate_logits)
     return steps, new_row, verdict
 
 

@@ -59,7 +59,8 @@ class MTAD:
     - `max_draft_tokens`, `costs`: when `num_draft_tokens` is None (the default), each row's block
       grows until the draft is unsure (`mtdecode.drafting`, as in `Speculative`), at most
       `max_draft_tokens`, weighing `costs` (`BatchCosts` or one row's `DraftCosts`, as in
-      `Speculative`; None: the batch's, measured on this host).
+      `Speculative`; None: the batch's, measured on this host, a draft forward over `beam_width` tokens per row),
+      and `acceptance`, the rule's prior chance that a first guess is accepted (as in `Speculative`).
     """
 
     draft: CausalLM | PreTrainedModel
@@ -68,6 +69,7 @@ class MTAD:
     threshold: float = 0.5
     max_draft_tokens: int = 20
     costs: DraftCosts | BatchCosts | None = None
+    acceptance: float | None = None
     #: MTAD does not reproduce greedy decoding or p: it accepts by likelihood
     exact: ClassVar[bool] = False
 
@@ -82,8 +84,12 @@ class MTAD:
         rows = torch.arange(s.batch, device=s.device)
         length = None
         if self.num_draft_tokens is None:
-            costs = self.costs or tuning.batch_draft_costs(s.target.model, draft.model, s.batch)
-            length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
+            costs = self.costs or tuning.batch_draft_costs(
+                s.target.model, draft.model, s.batch, draft_tokens=self.beam_width
+            )  # a depth of the beams: a draft forward over `beam_width` tokens per row
+            prior = self.acceptance
+            prior = tuning.draft_acceptance(s.target.model, draft.model) if prior is None else prior
+            length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior)
             s.record_choice(lambda: rule_choice("MTAD", length, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
@@ -128,7 +134,7 @@ def beam_draft(
     was never fed; -1 pads), and k itself (smaller where the rule stopped a row).
     """
     if length is not None:
-        k = torch.where(length.start(possible=k > 0, unread=max(map(len, s.unread(draft)))), k, 0)
+        k = torch.where(length.start(possible=k > 0, unread=[len(row) for row in s.unread(draft)]), k, 0)
     batch, depth = s.batch, int(k.max())
     block = torch.full((batch, depth), -1, dtype=torch.long, device=s.device)
     block_log_q = torch.zeros(batch, depth, dtype=torch.float64, device=s.device)

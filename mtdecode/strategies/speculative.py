@@ -63,12 +63,16 @@ class Speculative:
       measured on this host (`mtdecode.tuning.batch_draft_costs`) once, and kept on disk, so that
       every process weighs the same numbers and a seeded run repeats. Pass them to make a seeded
       run repeat on another host as well.
+    - `acceptance`: the rule's prior chance that a first guess is accepted, before the run has verified any; None:
+      the draft's, measured once on this host and kept on disk (`mtdecode.tuning.draft_acceptance`). Pass it
+      with `costs` to make a seeded run repeat on another host.
     """
 
     draft: CausalLM | PreTrainedModel
     num_draft_tokens: int | None = None
     max_draft_tokens: int = 20
     costs: DraftCosts | BatchCosts | None = None
+    acceptance: float | None = None
 
     def __post_init__(self) -> None:
         check_counts(self, ("num_draft_tokens", "max_draft_tokens"), optional=["num_draft_tokens"])
@@ -78,7 +82,9 @@ class Speculative:
         length = None
         if self.num_draft_tokens is None:
             costs = self.costs or tuning.batch_draft_costs(s.target.model, draft.model, s.batch)
-            length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
+            prior = self.acceptance
+            prior = tuning.draft_acceptance(s.target.model, draft.model) if prior is None else prior
+            length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior)
             s.record_choice(lambda: rule_choice("Speculative", length, s.steps))
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
@@ -125,7 +131,7 @@ def draft_tokens(
     going = s.active & (k > 0)
     feed = s.unread(draft)  # ragged at first (prompts), then each row's x0
     if length is not None:
-        going &= length.start(possible=going, unread=max(map(len, feed)))
+        going &= length.start(possible=going, unread=[len(row) for row in feed])
     drafted = torch.zeros_like(k)
     while bool(going.any()):
         logits = draft.extend(feed, logits_to_keep=1)[:, -1]  # (batch, vocab)
