@@ -248,10 +248,12 @@ class DraftLength:
         unread = [unread] * batch if isinstance(unread, int) else list(unread)
         left = (self.remaining() if self.remaining is not None else torch.ones(batch)).clamp(min=1).tolist()
         if self.together:
-            self.setup = self.catch_up(max(unread)) / max(left)
+            self.reading = self.catch_up(max(unread))  # the whole catch-up, which a try weighs (`batch_may_try`)
+            self.setup = self.reading / max(left)
         else:  # each row's own
-            spread = [self.catch_up(n) / m for n, m in zip(unread, left, strict=True)]
-            self.setup = torch.tensor(spread, dtype=torch.float64, device=device)
+            reading = [self.catch_up(n) for n in unread]
+            self.reading = torch.tensor(reading, dtype=torch.float64, device=device)
+            self.setup = self.reading / torch.tensor(left, dtype=torch.float64, device=device)
         if self.together:  # the batch rule: every row in play drafts, or none
             pays = self.pays().expand(batch)
             self.probing = self.playing & ~pays & self.batch_may_try()
@@ -416,11 +418,12 @@ class DraftLength:
         (more after tries that did not pay), and a first guess could still pay at an optimistic acceptance, the
         rows' pooled rate plus one standard error, at most 1 (a try teaches the rule about every row at once, so
         after one or two tries that did not pay, a batch whose guesses cannot pay stops trying; where one more token
-        per row costs nearly a step, not even a guess that is always accepted pays, and the batch never tries). The
-        draft's catch-up counts as in `start`."""
+        per row costs nearly a step, not even a guess that is always accepted pays, and the batch never tries). A try
+        also pays for the draft's whole catch-up (the prompt, if the batch never drafted): a guess the draft's
+        measured acceptance says will not pay is not worth reading the prompts again to learn about."""
         if self.batch_rested < self.batch_patience or not self.left_for_try(self.batch_patience).any():
             return False
-        added = self.costs.draft + self.costs.t(2) - self.costs.t(1) + self.setup
+        added = self.costs.draft + self.costs.t(2) - self.costs.t(1) + self.reading
         return bool(self.optimistic()[0] * self.costs.step(0) * (1 - self.margin) > added)
 
     def optimistic(self) -> Float[Tensor, " batch"]:
@@ -432,8 +435,8 @@ class DraftLength:
     def may_try(self) -> Bool[Tensor, " batch"]:
         """The one-row rule's tries: the rows that rested `PATIENCE` steps (more after tries that were rejected), with
         enough of their budget left to use what a try teaches (`left_for_try`), whose first guess could pay at their
-        `optimistic` acceptance."""
-        added = self.costs.draft + self.costs.t(2) - self.costs.t(1) + self.setup
+        `optimistic` acceptance, with the whole catch-up (as in `batch_may_try`)."""
+        added = self.costs.draft + self.costs.t(2) - self.costs.t(1) + self.reading
         hopeful = self.optimistic() * self.costs.step(0) > added  # as `batch_may_try`, row by row
         return (self.rested >= self.patience) & self.left_for_try(self.patience) & hopeful
 
