@@ -202,9 +202,8 @@ class DraftLength:
         self.together = isinstance(costs, BatchCosts) and batch > 1
         #: each row's tokens left in its budget, now (the batch rule weighs how soon the last row ends)
         self.remaining = remaining
-        #: `BatchCosts.margin` (the default costs'; 0 for one row's `DraftCosts`): with the batch rule, guesses must end
-        #: the batch this much sooner to count; at batch 1, a step's cost with guesses is taken this much higher
-        self.margin = costs.margin if isinstance(costs, BatchCosts) else 0.0
+        #: the batch rule's margin (`BatchCosts.margin`): guesses must end the batch this much sooner to count
+        self.margin = costs.margin if self.together else 0.0
         self.costs = costs.at(batch) if isinstance(costs, BatchCosts) else costs
         self.hits = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # accepted guesses per bin
         self.tries = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # verified guesses per bin
@@ -310,13 +309,9 @@ class DraftLength:
             )
             pays = bool(more < now * (1 - self.margin)) and (i == 0 or not bool(self.probing.any()))
             return torch.full_like(self.going, pays)
-        # (rule), with a step's cost taken `margin` higher once it has a guess: T'(0) = T(0), T'(i) = T(i) (1 + margin)
         if i == 0:  # the first guess also pays for the row's catch-up
-            added = added + self.setup + self.margin * self.costs.step(1)
-        else:
-            added = added * (1 + self.margin)
-        spent = self.costs.step(i) * (1 + self.margin if i > 0 else 1)
-        pays = self.survive * a * spent > self.expected * added
+            added = added + self.setup
+        pays = self.survive * a * self.costs.step(i) > self.expected * added
         return pays & ~self.probing if i > 0 else pays  # a try is one guess
 
     def plan(
@@ -369,7 +364,6 @@ class DraftLength:
             return available.clamp(max=1 if probe else best) * self.playing
         beyond = torch.arange(width + 1, device=device) > available[:, None]
         rate = self.rate()[:, None]  # (batch, 1)
-        cost = torch.cat([cost[:1], cost[1:] * (1 + self.margin)])  # T'(k), as in `pays`
         k = (expected.double() - rate * cost).masked_fill(beyond, -torch.inf).argmax(1)  # the first of equals
         self.probing = (k == 0) & (available > 0) & self.may_try()
         self.declined += ((k == 0) & (available > 0) & ~self.probing).sum().to(self.declined)
@@ -472,7 +466,7 @@ class DraftLength:
             both = torch.stack([expected, expected + torch.where(rows, gain.double(), 0.0)], dim=1)  # (batch, 2)
             now, more = self.finish(both, costs, rows).tolist()
             return rows & (more < now * (1 - self.margin))
-        return rows & (gain > self.rate() * cost * (1 + self.margin))
+        return rows & (gain > self.rate() * cost)
 
     def finish(
         self,

@@ -44,8 +44,9 @@ every model's: it holds each row's committed tokens but the newest, as the targe
 draft tree's entries are pending only while the tree grows.
 
 With the batch rule (`mtdecode.drafting`, batch > 1), a batch whose last step verified no node
-rests: it takes plain steps, the head does no work (reading features, scoring a first depth
-costs about a fifth of a batched step at 16 rows), and the target's features wait for it; after
+rests: it takes plain steps, the head does no work (it reads features and scores a first depth
+in every step it drafts; one more depth alone costs a sixth of a batched step at 16 rows on the
+2-core host), and the target's features wait for it; after
 `PATIENCE` such steps, or as soon as a copy alone would pay, the head reads them in one forward
 and drafts again (`DraftLength.idle`, `rest_step`).
 """
