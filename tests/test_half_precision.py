@@ -41,13 +41,13 @@ def noisy_draft(model):
     return _DRAFTS[model]
 
 
-#: every exact strategy with its default settings, as the oracle's decoders; lookahead at a fixed (W, N, G): its
-#: tuner picks plain greedy decoding where wide forwards are slow (make test-hosts: default kernels, 1 thread), and a
-#: check that never saw a guess verified is inconclusive
+#: every exact strategy as the oracle's decoders; lookahead, speculative decoding and Jacobi at fixed settings: their
+#: rules pick plain greedy decoding where wide forwards (or the tiny draft's forwards, as dear as the target's) are slow
+#: (make test-hosts: default kernels), and a check that never saw a guess verified is inconclusive
 EXACT = {
     "autoregressive": lambda m: Autoregressive(),
-    "speculative": lambda m: Speculative(noisy_draft(m.hf)),
-    "jacobi": lambda m: Jacobi(),
+    "speculative": lambda m: Speculative(noisy_draft(m.hf), num_draft_tokens=3),
+    "jacobi": lambda m: Jacobi(block=8),
     "prompt_lookup": lambda m: PromptLookup(),
     "lookahead": lambda m: Lookahead(4, 3, 4),
     "eagle": lambda m: Eagle(untrained_head(m.hf)),
