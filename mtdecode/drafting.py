@@ -329,11 +329,9 @@ class DraftLength:
         acceptance given guesses 1..i were accepted; it is calibrated as a confidence is in `more`. A row that
         plans none tries one guess after `PATIENCE` idle steps, as with `start`. Call `record` after
         verification."""
-        batch = chances.shape[0]
         chances = chances.double().clamp(0, 1)
         survive = self.calibrated(chances).cumprod(1)  # (batch, guesses): pi_1..pi_width
-        ones = torch.ones(batch, 1, dtype=torch.float64, device=chances.device)
-        k = self.plan_expected(torch.cat([ones, 1 + survive.cumsum(1)], dim=1), available, rows)  # E(0..width)
+        k = self.plan_expected(expected_tokens(survive), available, rows)  # E(0..width)
         self.confidences = list(chances.unbind(1))  # `record` counts those of guesses 1..k that were judged
         return k
 
@@ -541,10 +539,7 @@ class DraftLength:
         if not self.confidences:
             return
         confidence = torch.stack(self.confidences, dim=1)  # (batch, guesses)
-        position = torch.arange(confidence.shape[1], device=confidence.device)
-        tried = (position <= accepted[:, None]) & (position < drafted[:, None])
-        hit = position < accepted[:, None]
-        self.calibrate(confidence, tried, hit)
+        self.calibrate(confidence, *chain_outcome(drafted, accepted, confidence.shape[1]))
 
     def record_batch(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         """The batch rule's record: its steps without drafting, and its patience (reset by a try whose accepted
@@ -600,6 +595,21 @@ def drafting_choice(
     mean = sum(drafting) / len(drafting) if drafting else 0.0
     setting = f"{mean:.1f} {guesses} verified per drafting step ({len(drafting)} of {len(steps)} row steps drafted)"
     return Choice(strategy, setting, f"{declined} row steps drafted nothing because {pays}")
+
+
+def expected_tokens(survive: Float[Tensor, "batch guesses"]) -> Float[Tensor, "batch options"]:
+    """E(0..width) of a chain of guesses: E(k) = 1 + pi_1 + ... + pi_k, from pi_i, the chance that guesses 1..i
+    all hold (the step's own token is the 1)."""
+    return torch.cat([survive.new_ones(survive.shape[0], 1), 1 + survive.cumsum(1)], dim=1)
+
+
+def chain_outcome(
+    drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"], width: int
+) -> tuple[Bool[Tensor, "batch width"], Bool[Tensor, "batch width"]]:
+    """Which of the places 0..`width` - 1 of each row's verified chain were tried and which held: guesses
+    1..accepted held, guess accepted + 1 (if drafted) was tried and did not, the rest were never judged."""
+    place = torch.arange(width, device=accepted.device)
+    return (place <= accepted[:, None]) & (place < drafted[:, None]), place < accepted[:, None]
 
 
 def check_counts(strategy: object, names: Sequence[str], *, optional: Sequence[str] = ()) -> None:

@@ -60,7 +60,7 @@ import torch
 
 from mtdecode import masks, store, tuning
 from mtdecode.cache import KVCache
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice, expected_tokens
 from mtdecode.model import CausalLM, Runner
 from mtdecode.session import Choice, Session, Step
 from mtdecode.strategies.prompt_lookup import CopyRecord, lookup, padded
@@ -127,12 +127,8 @@ class Eagle:
         if size is not None:
             s.record_choice(lambda: tree_choice(size, depth_cost, s.steps))  # for `Stats.choices`
         record = CopyRecord(s.batch) if self.lookup else None
-        # the first step: a plain forward over the prompts, whose features the head then reads
-        logits, features = s.target.extend_features(s.unread(s.target), logits_to_keep=1)
-        s.target.cache.commit()
-        steps = s.commit(plain_token(s, logits[:, -1]), 1)
-        width = features.shape[1]  # the prompts, left padded
-        root = read_features(s, head, [features[b, width - n :] for b, n in enumerate(s.prompt_lengths)], None)
+        steps, features = plain_step(s)  # the first step: a plain forward over the prompts; the head reads them
+        root = read_features(s, head, features, None)
         yield steps
         unread = None  # while the batch rests: each row's target features the head has not read yet
         while not s.done:
@@ -407,24 +403,26 @@ def copy_alone(
     copied tokens, and how many it has (0 for a finished row); (None, None) without a copy."""
     if copy is None:
         return None, None
-    ones = copy.holds.new_ones(copy.holds.shape[0], 1)
-    expected = torch.cat([ones, 1 + copy.holds.clamp(min=0).cumsum(1)], dim=1)
+    expected = expected_tokens(copy.holds.clamp(min=0))  # holds: the copy's chance of holding to each token
     available = torch.tensor([len(row) for row in copy.tokens], device=active.device)
     return expected, torch.where(active, available, 0)
 
 
-def rest_step(s: Session, head: HeadRunner) -> tuple[list[Step], list[Float[Tensor, "_fed hidden"]]]:
-    """A step of a resting batch: one target forward over each row's unread tokens (x0), its token (`plain_token`),
-    and the target's features at them, which the head reads when drafting resumes (`read_features`). The head
-    does no work meanwhile: its cache may lag behind (`Session.resting`)."""
+def plain_step(s: Session) -> tuple[list[Step], list[Float[Tensor, "_fed hidden"]]]:
+    """A step with no tree: one target forward over each row's unread tokens (the prompt at first, then x0), its
+    token (`plain_token`), and, row by row, the target's features at the tokens it fed."""
     fed = [len(row) for row in s.unread(s.target)]
     logits, features = s.target.extend_features(s.unread(s.target), logits_to_keep=1)
     s.target.cache.commit()
-    s.resting.add(id(head))
     width = features.shape[1]  # left padded: row b's real tokens are its last fed[b]
-    fresh = [features[b, width - n :] for b, n in enumerate(fed)]
-    none = torch.zeros(s.batch, dtype=torch.long, device=s.device)
-    return s.commit(plain_token(s, logits[:, -1]), 1, drafted=none, accepted=none), fresh
+    return s.commit(plain_token(s, logits[:, -1]), 1), [features[b, width - n :] for b, n in enumerate(fed)]
+
+
+def rest_step(s: Session, head: HeadRunner) -> tuple[list[Step], list[Float[Tensor, "_fed hidden"]]]:
+    """A step of a resting batch: a `plain_step`, whose features the head reads when drafting resumes
+    (`read_features`). The head does no work meanwhile: its cache may lag behind (`Session.resting`)."""
+    s.resting.add(id(head))
+    return plain_step(s)
 
 
 def grow_tree(
@@ -576,8 +574,7 @@ def tree_size(
         worth = torch.maximum(worth, tree.copy_chance)
     usable = worth >= 0
     ranked = worth.sort(dim=1, descending=True).values.clamp(min=0)  # (batch, node)
-    ones = torch.ones(active.shape[0], 1, dtype=torch.float64, device=active.device)
-    expected = torch.cat([ones, 1 + ranked.cumsum(1)], dim=1)  # E(0..node)
+    expected = expected_tokens(ranked)  # E(0..node)
     n = size.plan_expected(expected, torch.where(active, usable.sum(1), 0))
     return torch.where(active, n, 0), worth
 

@@ -31,7 +31,15 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice
+from mtdecode.drafting import (
+    BatchCosts,
+    DraftCosts,
+    DraftLength,
+    chain_outcome,
+    check_counts,
+    drafting_choice,
+    expected_tokens,
+)
 from mtdecode.session import Choice, Session, Step
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.verification import NONE, verify_chain
@@ -97,14 +105,13 @@ class PlaceRecord:
         hits, tries = self.hits[:, :width], self.tries[:, :width]
         if self.pooled:
             hits, tries = hits.sum(0, keepdim=True).expand_as(hits), tries.sum(0, keepdim=True).expand_as(tries)
-        survive = ((hits + 1) / (tries + 2)).cumprod(1)  # (batch, width): guesses 1..i all accepted
-        return torch.cat([survive.new_ones(survive.shape[0], 1), 1 + survive.cumsum(1)], dim=1)
+        return expected_tokens(((hits + 1) / (tries + 2)).cumprod(1))  # from pi_i: guesses 1..i all accepted
 
     def add(self, verified: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         """After verification: guesses 1..accepted held, guess accepted + 1 (if verified) did not."""
-        place = torch.arange(self.hits.shape[1], device="cpu")
-        self.tries += ((place <= accepted[:, None]) & (place < verified[:, None])).double()
-        self.hits += (place < accepted[:, None]).double()
+        tried, hit = chain_outcome(verified, accepted, self.hits.shape[1])
+        self.tries += tried.double()
+        self.hits += hit.double()
 
 
 def block_choice(rule: DraftLength, steps: list[Step]) -> Choice:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, chain_outcome, check_counts, drafting_choice
 from mtdecode.session import Choice, Session, Step
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import NONE, verify_chain
@@ -114,12 +114,10 @@ class CopyRecord:
 
     def add(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         """After verification: copied tokens 1..accepted held, token accepted + 1 (if drafted) did not."""
-        position = torch.arange(int(drafted.max()) if drafted.numel() else 0, device="cpu")
-        tried = ((position <= accepted[:, None]) & (position < drafted[:, None])).double()  # (batch, drafted)
-        hit = (position < accepted[:, None]).double()
-        depth = position.clamp(max=self.DEPTHS - 1).expand_as(tried)
-        self.tries.scatter_add_(1, depth, tried)
-        self.hits.scatter_add_(1, depth, hit)
+        tried, hit = chain_outcome(drafted, accepted, int(drafted.max()) if drafted.numel() else 0)  # (batch, drafted)
+        depth = torch.arange(tried.shape[1], device="cpu").clamp(max=self.DEPTHS - 1).expand_as(tried)
+        self.tries.scatter_add_(1, depth, tried.double())
+        self.hits.scatter_add_(1, depth, hit.double())
 
 
 def worth_verifying(
