@@ -10,8 +10,8 @@ import argparse
 import torch
 
 import mtdecode
+from mtdecode.recipes.distill import build_draft
 from mtdecode.strategies import Autoregressive, Speculative
-from mtdecode.zoo.distill import build_draft
 
 PROMPTS = [
     "Explain how a refrigerator keeps food cold.",

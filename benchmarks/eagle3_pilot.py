@@ -17,7 +17,7 @@ default the first three of these; `--variants` picks any of them:
 - `EAGLE-1, two layers`: EAGLE-1 with a second decoder layer after the first (EAGLE heads have one), to
   see whether the head's capacity limits its first guess.
 
-The data are the recipe's chat, two-turn chat and question answers (`python -m mtdecode.zoo.eagle data --work
+The data are the recipe's chat, two-turn chat and question answers (`python -m mtdecode.recipes.eagle data --work
 WORK`); for `EAGLE-3 input`, the three layers' states come from one target forward over each sequence.
 
     python benchmarks/eagle3_pilot.py --work build/eagle [--steps 800] [--variants "EAGLE-1" "EAGLE-1, two layers"]
@@ -31,8 +31,7 @@ from torch import nn
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 import mtdecode
-from mtdecode.zoo.eagle import (
-    EagleHead,
+from mtdecode.recipes.eagle import (
     build_head,
     eagle_loss,
     first_guess_hits,
@@ -41,6 +40,7 @@ from mtdecode.zoo.eagle import (
     random_windows,
     token_loss,
 )
+from mtdecode.zoo.eagle import EagleHead
 
 KINDS = ["chat", "conversation", "question"]
 LAYERS = (2, 15, 27)  # outputs of these layers (hidden_states[i] is layer i's output; 0 is the embedding)

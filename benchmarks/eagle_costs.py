@@ -24,7 +24,7 @@ import mtdecode
 from mtdecode import tuning
 from mtdecode.bench import _tokenize, cpu_model, load_suite
 from mtdecode.strategies import Eagle, eagle
-from mtdecode.strategies.eagle import depth_timings, measure_depth_cost
+from mtdecode.tuning import depth_timings, measure_depth_cost
 from mtdecode.zoo.int8 import exact_int_mm
 
 

@@ -597,6 +597,19 @@ def drafting_choice(
     return Choice(strategy, setting, f"{declined} row steps drafted nothing because {pays}")
 
 
+def rule_choice(name: str, length: DraftLength, steps: list[Step]) -> Choice:
+    """What the stopping rule chose over the run (`Stats.choices`), with its break-even: a first guess pays only
+    while the row's acceptance a exceeds (c + t(2) - t(1)) / t(1) (the rule with i = 0)."""
+    c = length.costs
+    added = c.t(2) - c.t(1)
+    pays = (
+        f"the row's acceptance so far was below the {(c.draft + added) / c.step(0):.0%} at which a first guess "
+        f"pays (a draft forward costs {c.draft:.2f} of a 1-token target forward, one more verified token {added:.2f})"
+    )
+    fix = f"{name}(draft, num_draft_tokens=k) drafts k guesses every step"
+    return drafting_choice(name, length, steps, guesses="guesses", pays=pays, fix=fix)
+
+
 def expected_tokens(survive: Float[Tensor, "batch guesses"]) -> Float[Tensor, "batch options"]:
     """E(0..width) of a chain of guesses: E(k) = 1 + pi_1 + ... + pi_k, from pi_i, the chance that guesses 1..i
     all hold (the step's own token is the 1)."""

@@ -548,7 +548,7 @@ def record_forwards(
         watched["head"] = head.layer  # the head's one decoder layer runs once per head forward
         if costs is None:
             head_cost = strategy.depth_cost
-            head_cost = eagle.measure_depth_cost(target, head, strategy.width) if head_cost is None else head_cost
+            head_cost = tuning.measure_depth_cost(target, head, strategy.width) if head_cost is None else head_cost
     costs = costs if costs is not None else measured_costs(target, draft, head_cost)
     missing = set(watched) - set(costs)
     if missing:

@@ -26,6 +26,10 @@ The model leaves out each step's bookkeeping, and the costs are measured on a sh
 so a predicted gain counts only if it exceeds the measurement's own scatter (`margin`): below
 that, `Lookahead()` decodes greedily. `lookahead_plan` words the choice, which `Lookahead` records
 in `result.stats.choices` and `generate` turns into a `GreedyFallbackWarning` when it is greedy.
+
+The other measurements the rules weigh are kept here too, beside the forward costs: a batch's t(B, n)
+(`batch_seconds`, `batch_draft_costs`), a draft's acceptance (`draft_acceptance`), and one more depth of an EAGLE
+head's tree (`measure_depth_cost`, with its parts in `depth_timings`).
 """
 
 import os
@@ -35,10 +39,12 @@ import weakref
 
 import torch
 
-from mtdecode import store
+from mtdecode import masks, store
 from mtdecode.drafting import BatchCosts, DraftCosts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.session import Choice
+from mtdecode.tensor_types import Float, Tensor
+from mtdecode.zoo.eagle import TREE_WIDTH, EagleHead, HeadRunner
 
 #: numbers of new tokens whose forward cost is measured
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -434,12 +440,66 @@ def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
     return lines
 
 
+def measure_depth_cost(target: CausalLM, head: EagleHead, width: int, rows: int = 1) -> float:
+    """One more depth of the tree for a batch of `rows` rows (a head forward over `width` nodes per row after
+    `CONTEXT` entries, the nodes' scores and the choice of children) against a 1-token target forward of one
+    row after as many tokens, both measured on this host (the fastest of 5 runs each; measured once per head
+    architecture, width, number of rows and host, and kept on disk like the target's costs, `mtdecode.store`)."""
+    key = {"head": store.module_key(head), "width": width} | ({"rows": rows} if rows > 1 else {})
+    seconds = kept_seconds("eagle-depth", key, lambda: _time_depth(head, width, rows=rows))
+    return seconds / forward_costs(target)[1]
+
+
+def _time_depth(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) -> float:
+    return depth_timings(head, width, repeats, rows)["depth"]
+
+
+def depth_timings(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) -> dict[str, float]:
+    """Seconds, the fastest of `repeats` runs each, for one depth of the tree over `width` nodes per row of `rows`
+    rows after `CONTEXT` entries (`"depth"`) and for its parts: the head's forward with its cache update
+    (`"head forward"`), the nodes' scores (`"scores"`) and the choice of children (`"choice"`)."""
+    runner = HeadRunner(head, rows)
+    context, hidden = CONTEXT, head.embedding.shape[1]
+    dtype, device = head.dtype, head.device
+    ids, offsets, sees, pad = runner.after_held(torch.zeros(rows, context, dtype=torch.long, device=device))
+    runner.step(torch.zeros(rows, context, hidden, dtype=dtype, device=device), ids, offsets, sees, pad=pad)
+    runner.cache.commit()
+    features = torch.zeros(rows, width, hidden, dtype=dtype, device=device)
+    tokens = torch.zeros(rows, width, dtype=torch.long, device=device)
+    alone = masks.tree([-1] * width, device=device)  # width nodes side by side
+    offsets = torch.zeros(width, dtype=torch.long, device=device)
+
+    def forward() -> Float[Tensor, "rows width hidden"]:
+        predicted = runner.step(features, tokens, offsets, alone)
+        runner.cache.crop(runner.cache.lengths)  # the nodes' entries go again
+        return predicted
+
+    def choose(scores: Float[Tensor, "rows width head"]) -> None:
+        torch.softmax(scores.double(), dim=-1).flatten(1).topk(width, dim=1)
+
+    def fastest(run) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    with torch.no_grad():
+        scores = head.logits(forward())
+        return {
+            "depth": fastest(lambda: choose(head.logits(forward()))),
+            "head forward": fastest(forward),
+            "scores": fastest(lambda: head.logits(features)),
+            "choice": fastest(lambda: choose(scores)),
+        }
+
+
 def record_reference() -> None:
     """Measure the reference costs (`mtdecode.store.REFERENCE`) that the course's notebooks read: the default model's
     forward costs, its draft's, one more depth of its EAGLE head's tree at the default width, and the draft's
     acceptance (`draft_acceptance`). Run it on an idle host; it replaces what was there."""
-    from mtdecode.strategies import eagle
-    from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL, load_model
+    from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL, EAGLE_MODEL, load_model
 
     for path in store.REFERENCE.glob("*.json"):
         path.unlink()
@@ -447,7 +507,7 @@ def record_reference() -> None:
     _COSTS.clear()
     target, draft = load_model(DEFAULT_MODEL), load_model(DRAFT_MODEL)
     forward_costs(target), forward_costs(draft)
-    eagle.measure_depth_cost(target, eagle.shipped_head(target), eagle.Eagle.width)
+    measure_depth_cost(target, load_model(EAGLE_MODEL), TREE_WIDTH)
     draft_acceptance(target, draft)
     for path in sorted(store.REFERENCE.glob("*.json")):
         print(path.name)

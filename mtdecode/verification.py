@@ -236,3 +236,11 @@ def verify_chain(
     drafted = (guesses >= 0).sum(1)
     steps = s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted)
     return steps, logits, verdict.accepted
+
+
+def padded(rows: list[list[int]], device: torch.device, fill: int = NONE) -> Int[Tensor, "batch guesses"]:
+    """Rows of guesses of different lengths as one tensor, padded with `fill` (by default -1, no guess)."""
+    width = max(map(len, rows), default=0)
+    return torch.tensor([row + [fill] * (width - len(row)) for row in rows], dtype=torch.long, device=device).reshape(
+        len(rows), width
+    )

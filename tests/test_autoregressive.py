@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mtdecode
+from mtdecode.plain import prefill, sample_next
 from mtdecode.strategies import Autoregressive
-from mtdecode.strategies.autoregressive import prefill, sample_next
 from mtdecode.testing import greedy_tokens, hf_greedy_tokens, tiny_model
 
 from conftest import DEVICES

@@ -21,7 +21,7 @@ from mtdecode.zoo.eagle import EagleHead
 
 LIBRARY = Path(mtdecode.__file__).parent
 #: the library's own decoding path; its test tools, figures and training recipes are not part of it
-OUTSIDE = ("testing", "masks/figures.py", "masks/plot.py", "zoo/eagle.py", "zoo/distill.py", "bench")
+OUTSIDE = ("testing", "masks/figures.py", "masks/plot.py", "recipes", "bench")
 FACTORIES = {
     torch.tensor, torch.as_tensor, torch.zeros, torch.ones, torch.full, torch.empty, torch.arange, torch.eye,
     torch.rand, torch.randn, torch.randint, torch.linspace,

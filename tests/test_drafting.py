@@ -256,7 +256,7 @@ def test_a_copied_tokens_chance_is_the_rate_of_its_depth():
     worth two tokens: after copies of 4 accepted whole and one of 4 rejected at its second token, the first tokens
     held 4 of 4, the second 3 of 4, the later ones 6 of 6. A deeper token's chance is never below a shallower
     one's (a copy that held so far holds on at least as often)."""
-    from mtdecode.strategies.prompt_lookup import CopyRecord
+    from mtdecode.copying import CopyRecord
 
     record = CopyRecord(batch=2)
     assert record.chances(4).flatten().tolist() == pytest.approx([1 / 2, 2 / 3, 3 / 4, 4 / 5] * 2)

@@ -6,9 +6,10 @@ import torch
 
 import mtdecode
 from mtdecode import CausalLM, KVCache, masks
+from mtdecode.recipes.eagle import eagle_loss
 from mtdecode.strategies import Autoregressive
 from mtdecode.testing import tiny_model
-from mtdecode.zoo.eagle import EagleHead, eagle_loss
+from mtdecode.zoo.eagle import EagleHead
 
 VOCAB, HIDDEN = 48, 32
 
@@ -77,13 +78,15 @@ def test_training_on_the_targets_forward_makes_the_loss_fall():
 
 
 def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):
-    """The whole recipe (`python -m mtdecode.zoo.eagle all`) on a tiny GPT-2 target (LayerNorm, GPT-2's own config
+    """The whole recipe (`python -m mtdecode.recipes.eagle all`) on a tiny GPT-2 target (LayerNorm, GPT-2's own config
     names, absolute positions) with the default model's tokenizer and chat template, at a hundredth of its prompts:
     every stage runs, the exported head has the target's width and LayerNorm, loads back, and drafts for Eagle,
     whose output is then greedy decoding's."""
+    from mtdecode.recipes import eagle
     from mtdecode.strategies import Eagle
     from mtdecode.testing.families import tiny_family_model
-    from mtdecode.zoo import eagle, load_tokenizer
+    from mtdecode.zoo import load_tokenizer
+    from mtdecode.zoo.eagle import load_head
 
     tokenizer = load_tokenizer()
     model = tiny_family_model("gpt2", vocab_size=len(tokenizer), dtype=torch.float32)
@@ -92,7 +95,7 @@ def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):
     tokenizer.save_pretrained(folder)
     eagle.main(["all", "--work", str(tmp_path / "work"), "--model", str(folder), "--scale", "0.01", "--new-tokens",
                 "6", "--steps", "3", "--window", "32", "--sequences", "1", "--out", str(out)])  # fmt: skip
-    head = eagle.load_head(model, out)
+    head = load_head(model, out)
     assert isinstance(head.norm, torch.nn.LayerNorm) and head.fuse.out_features == model.config.n_embd == 32
     prompt = tokenizer("def add(a, b):\n    return a + b\n\ndef add(a, b):")["input_ids"]
     greedy = mtdecode.generate(model, prompt, Autoregressive(), max_new_tokens=12)

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 import mtdecode
 from mtdecode import masks, tuning
+from mtdecode.copying import lookup
 from mtdecode.model import Runner
 from mtdecode.strategies import Jacobi, Lookahead, PromptLookup
 from mtdecode.strategies.lookahead import NgramPool, Window
-from mtdecode.strategies.prompt_lookup import lookup
 from mtdecode.testing import assert_greedy_parity, greedy_tokens, tiny_model
 from mtdecode.testing.tolerance import rounding_tolerance
 

@@ -163,7 +163,7 @@ def test_the_eagle_heads_prompts_are_not_the_benchmarks_and_held_out_ones_are_ne
     summary instruction, with the benchmark suite; its held-out prompts share none with its training prompts.
     (Its passages are the target's own writing, which the benchmark's hand-written passages are not.)"""
     from mtdecode.bench import load_suite
-    from mtdecode.zoo import prompts
+    from mtdecode.recipes import prompts
 
     bench = [m["content"] for task in load_suite()["tasks"].values() for chat in task["prompts"] for m in chat]
     training = prompts.training_prompts() + prompts.code_prompts() + prompts.math_prompts(192)

@@ -30,8 +30,8 @@ from transformers.utils import logging
 import mtdecode
 from mtdecode import course, figures, tuning
 from mtdecode.bench import load_suite
+from mtdecode.copying import lookup  # prompt lookup's copy, which EAGLE's copy branch shares
 from mtdecode.strategies import Autoregressive, Eagle, PromptLookup, Speculative
-from mtdecode.strategies.prompt_lookup import lookup
 
 logging.disable_progress_bar()
 tuning.use_reference_costs()  # costs measured once on an idle reference host (notebook 4), not under today's load

@@ -58,15 +58,14 @@ from typing import ClassVar
 
 import torch
 
-from mtdecode import masks, store, tuning
-from mtdecode.cache import KVCache
+from mtdecode import masks, tuning
+from mtdecode.copying import CopyRecord, lookup
 from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice, expected_tokens
-from mtdecode.model import CausalLM, Runner
+from mtdecode.model import CausalLM
 from mtdecode.session import Choice, Session, Step
-from mtdecode.strategies.prompt_lookup import CopyRecord, lookup, padded
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
-from mtdecode.verification import Verdict, verify_logits
-from mtdecode.zoo.eagle import EagleHead
+from mtdecode.verification import Verdict, padded, verify_logits
+from mtdecode.zoo.eagle import TREE_WIDTH, EagleHead, HeadRunner
 
 
 @dataclass(frozen=True)
@@ -91,12 +90,12 @@ class Eagle:
       host (`mtdecode.tuning`).
     - `depth_cost`: what growing the tree one more depth costs (a head forward over W nodes per row, their scores
       and the choice of children), in units of a 1-token target forward of one row; None: measured on this host
-      for the batch's rows (`measure_depth_cost`). Only the rule (`tree_size=None`) weighs it.
+      for the batch's rows (`mtdecode.tuning.measure_depth_cost`). Only the rule (`tree_size=None`) weighs it.
     """
 
     head: EagleHead | None = None
     depth: int = 5
-    width: int = 4
+    width: int = TREE_WIDTH
     tree_size: int | None = None
     lookup: int = 10
     ngram: int = 3
@@ -122,8 +121,10 @@ class Eagle:
             costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch, longest=longest, planned=True)
             size = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
         depth_cost = self.depth_cost
-        if depth_cost is None:  # only the rule weighs it
-            depth_cost = 0.0 if size is None else measure_depth_cost(s.target.model, head.model, self.width, s.batch)
+        if depth_cost is None and size is None:  # only the rule weighs it
+            depth_cost = 0.0
+        elif depth_cost is None:
+            depth_cost = tuning.measure_depth_cost(s.target.model, head.model, self.width, s.batch)
         if size is not None:
             s.record_choice(lambda: tree_choice(size, depth_cost, s.steps))  # for `Stats.choices`
         record = CopyRecord(s.batch) if self.lookup else None
@@ -180,37 +181,12 @@ def tree_choice(size: DraftLength, depth_cost: float, steps: list[Step]) -> Choi
 # ------------------------------------------------------------------ the head's runner
 
 
-class HeadRunner(Runner):
-    """A `Runner` for an `EagleHead`: its cache is placed and masked like a model's, but it is fed features
-    along with tokens and returns predicted features."""
-
-    def __init__(self, head: EagleHead, batch: int) -> None:  # `Runner.__init__` takes a `CausalLM`
-        self.model = head
-        self.role = "head"
-        self.cache = KVCache(batch, head.device)
-        self.forwards = 0
-
-    def step(
-        self,
-        features: Float[Tensor, "batch new hidden"],
-        tokens: Int[Tensor, "batch new"],
-        offsets: Int[Tensor, "... new"],
-        sees: Bool[Tensor, "... new seen"],
-        *,
-        pad: Int[Tensor, " batch"] | None = None,
-    ) -> Float[Tensor, "batch new hidden"]:
-        """As `Runner.forward`, with each new entry's feature."""
-        positions, mask, real = self.place(tokens, offsets, sees, pad)
-        self.forwards += 1
-        return self.model.step(features, tokens, positions, mask, self.cache, valid=real)
-
-
 def shipped_head(target: CausalLM) -> EagleHead:
     """The head that ships for the default model, on the target's device and in its dtype (loaded once)."""
     if (target.vocab_size, target.config.hidden_size) != (49152, 576):
         raise ValueError(
             f"Eagle() without a head uses the head shipped for SmolLM2-135M-Instruct, which does not fit {target.name} "
-            "(another vocabulary or hidden size): pass head= a head trained for it (python -m mtdecode.zoo.eagle)"
+            "(another vocabulary or hidden size): pass head= a head trained for it (python -m mtdecode.recipes.eagle)"
         )
     return _shipped(str(target.device), target.dtype)
 
@@ -268,63 +244,6 @@ def read_features(
     if root is None:
         return predicted[:, -1]
     return torch.where(gained[:, None], predicted[:, -1], root)
-
-
-def measure_depth_cost(target: CausalLM, head: EagleHead, width: int, rows: int = 1) -> float:
-    """One more depth of the tree for a batch of `rows` rows (a head forward over `width` nodes per row after
-    `tuning.CONTEXT` entries, the nodes' scores and the choice of children) against a 1-token target forward of one
-    row after as many tokens, both measured on this host (the fastest of 5 runs each; measured once per head
-    architecture, width, number of rows and host, and kept on disk like the target's costs, `mtdecode.store`)."""
-    key = {"head": store.module_key(head), "width": width} | ({"rows": rows} if rows > 1 else {})
-    seconds = tuning.kept_seconds("eagle-depth", key, lambda: _time_depth(head, width, rows=rows))
-    return seconds / tuning.forward_costs(target)[1]
-
-
-def _time_depth(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) -> float:
-    return depth_timings(head, width, repeats, rows)["depth"]
-
-
-def depth_timings(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) -> dict[str, float]:
-    """Seconds, the fastest of `repeats` runs each, for one depth of the tree over `width` nodes per row of `rows`
-    rows after `tuning.CONTEXT` entries (`"depth"`) and for its parts: the head's forward with its cache update
-    (`"head forward"`), the nodes' scores (`"scores"`) and the choice of children (`"choice"`)."""
-    import time
-
-    runner = HeadRunner(head, rows)
-    context, hidden = tuning.CONTEXT, head.embedding.shape[1]
-    dtype, device = head.dtype, head.device
-    ids, offsets, sees, pad = runner.after_held(torch.zeros(rows, context, dtype=torch.long, device=device))
-    runner.step(torch.zeros(rows, context, hidden, dtype=dtype, device=device), ids, offsets, sees, pad=pad)
-    runner.cache.commit()
-    features = torch.zeros(rows, width, hidden, dtype=dtype, device=device)
-    tokens = torch.zeros(rows, width, dtype=torch.long, device=device)
-    alone = masks.tree([-1] * width, device=device)  # width nodes side by side
-    offsets = torch.zeros(width, dtype=torch.long, device=device)
-
-    def forward() -> Float[Tensor, "rows width hidden"]:
-        predicted = runner.step(features, tokens, offsets, alone)
-        runner.cache.crop(runner.cache.lengths)  # the nodes' entries go again
-        return predicted
-
-    def choose(scores: Float[Tensor, "rows width head"]) -> None:
-        torch.softmax(scores.double(), dim=-1).flatten(1).topk(width, dim=1)
-
-    def fastest(run) -> float:
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - start)
-        return best
-
-    with torch.no_grad():
-        scores = head.logits(forward())
-        return {
-            "depth": fastest(lambda: choose(head.logits(forward()))),
-            "head forward": fastest(forward),
-            "scores": fastest(lambda: head.logits(features)),
-            "choice": fastest(lambda: choose(scores)),
-        }
 
 
 # ------------------------------------------------------------------ steps 1 to 5
@@ -673,4 +592,4 @@ def plain_token(s: Session, logits: Float[Tensor, "batch vocab"]) -> Int[Tensor,
     return verify_logits(s.sampler, logits, logits[:, None, None, :][:, :0, :0], none, s.random, s.active).tokens
 
 
-__all__ = ["Eagle", "HeadRunner", "Tree", "grow_tree", "tree_size", "verify_tree"]
+__all__ = ["Eagle", "Tree", "grow_tree", "tree_size", "verify_tree"]

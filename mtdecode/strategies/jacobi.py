@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
+from mtdecode.copying import prompt_tokens
 from mtdecode.drafting import (
     BatchCosts,
     DraftCosts,
@@ -151,13 +152,3 @@ def jacobi_update(
     predictions = logits.argmax(dim=-1)  # (batch, rows)
     index = accepted[:, None] + 1 + torch.arange(block, device=logits.device)  # (batch, block)
     return predictions.gather(1, torch.minimum(index, k[:, None]))  # past a row's last guess: its last prediction
-
-
-def prompt_tokens(s: Session, n: int) -> Int[Tensor, "batch n"]:
-    """n tokens drawn at random from each row's prompt, with the row's random stream (a seed repeats them)."""
-    lengths = torch.tensor(s.prompt_lengths, device=s.device)  # (batch,)
-    width = max(s.prompt_lengths)
-    rows = [row[:n] + [0] * (width - n) for row, n in zip(s.tokens, s.prompt_lengths, strict=True)]
-    prompts = torch.tensor(rows, device="cpu")
-    picks = (s.random.uniform(n).to(s.device)[:, :n] * lengths[:, None]).long()  # (batch, n): uniform over positions
-    return prompts.to(s.device).gather(1, torch.minimum(picks, lengths[:, None] - 1))

@@ -54,12 +54,12 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
+from mtdecode.copying import prompt_tokens
 from mtdecode.drafting import DraftLength, drafting_choice
 from mtdecode.masks import LookaheadLayout
 from mtdecode.model import left_pad
+from mtdecode.plain import decode_plainly
 from mtdecode.session import Choice, Session, Step
-from mtdecode.strategies.autoregressive import Autoregressive
-from mtdecode.strategies.jacobi import prompt_tokens
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import NONE, Verdict, verify_logits
 
@@ -96,7 +96,7 @@ class Lookahead:
         if choice is not None:  # what the tuning chose and why, for `Stats.choices`
             s.record_choice(choice)
         if settings is None:  # no setting is predicted to beat greedy on this host: `choice` says why
-            yield from Autoregressive().decode(s)
+            yield from decode_plainly(s)
             return
         w, n, g = settings
         pools = [NgramPool(per_key=g) for _ in range(s.batch)]  # one pool per row

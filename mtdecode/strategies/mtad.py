@@ -37,12 +37,11 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode import masks, tuning
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, rule_choice
 from mtdecode.model import CausalLM, Runner
+from mtdecode.plain import prefill
 from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session, Step, with_new_token
-from mtdecode.strategies.autoregressive import prefill
-from mtdecode.strategies.speculative import rule_choice
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 

@@ -31,10 +31,11 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, chain_outcome, check_counts, drafting_choice
+from mtdecode.copying import CopyRecord, lookup
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice
 from mtdecode.session import Choice, Session, Step
-from mtdecode.tensor_types import Bool, Float, Int, Tensor
-from mtdecode.verification import NONE, verify_chain
+from mtdecode.tensor_types import Bool, Tensor
+from mtdecode.verification import padded, verify_chain
 
 
 @dataclass(frozen=True)
@@ -79,47 +80,6 @@ class PromptLookup:
             yield steps
 
 
-class CopyRecord:
-    """How often this row's copied tokens were accepted, given the ones before them were: a copy's first token, its
-    second, and its later tokens together.
-
-    Copies hold or break as a whole (a quote goes on until the answer departs from it): a copy's first token is
-    the likeliest to fail, its second less so once the first held, and a later one seldom once a few held, about
-    alike at every depth. So the first and second tokens have their own rates and the later ones share one, which
-    learns fast and does not leave deep positions that were seldom tried at their prior.
-
-    Before a row has seen any copy, the copy itself is the evidence: token i + 1 of a copy whose i tokens held
-    holds with chance (i + 1) / (i + 2), Laplace's rule of succession (1/2 for the first token, 2/3 for the
-    second, 10/11 for the tenth). That is each position's prior, worth two tokens of the row's record."""
-
-    #: the first `DEPTHS - 1` positions have a rate each; the later ones share the last
-    DEPTHS = 3
-    #: tokens of record the prior is worth
-    PRIOR = 2.0
-
-    def __init__(self, batch: int) -> None:
-        # columns: first, second, later tokens (bookkeeping on the host)
-        self.hits = torch.zeros(batch, self.DEPTHS, dtype=torch.float64, device="cpu")
-        self.tries = torch.zeros(batch, self.DEPTHS, dtype=torch.float64, device="cpu")
-
-    def chances(self, width: int) -> Float[Tensor, "batch width"]:
-        """P(copied token i + 1 accepted | tokens 1..i accepted) for i < `width`, per row: its depth's record and its
-        prior, or a shallower position's chance where that is higher (a copy that held so far holds on at least as
-        often)."""
-        position = torch.arange(width, device="cpu")
-        depth = position.clamp(max=self.DEPTHS - 1)
-        prior = (position + 1.0) / (position + 2.0)  # (width,): the rule of succession within the copy
-        rate = (self.hits[:, depth] + self.PRIOR * prior) / (self.tries[:, depth] + self.PRIOR)  # (batch, width)
-        return rate.cummax(dim=1).values if width else rate
-
-    def add(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
-        """After verification: copied tokens 1..accepted held, token accepted + 1 (if drafted) did not."""
-        tried, hit = chain_outcome(drafted, accepted, int(drafted.max()) if drafted.numel() else 0)  # (batch, drafted)
-        depth = torch.arange(tried.shape[1], device="cpu").clamp(max=self.DEPTHS - 1).expand_as(tried)
-        self.tries.scatter_add_(1, depth, tried.double())
-        self.hits.scatter_add_(1, depth, hit.double())
-
-
 def worth_verifying(
     copied: list[list[int]], length: DraftLength, record: CopyRecord, rows: Bool[Tensor, " batch"]
 ) -> list[list[int]]:
@@ -142,24 +102,3 @@ def copy_choice(name: str, length: DraftLength, steps: list[Step]) -> Choice:
     )
     fix = f"{name}(num_draft_tokens=k) verifies up to k copied tokens every step"
     return drafting_choice(name, length, steps, guesses="copied tokens", pays=pays, fix=fix)
-
-
-def lookup(tokens: list[int], ngram: int, k: int) -> list[int]:
-    """Step 1: up to k tokens that followed the most recent earlier occurrence of the last n tokens,
-    for n = ngram, ngram - 1, ..., 1 (the first n with a match wins); [] if none matches."""
-    if k < 1:
-        return []
-    for n in range(min(ngram, len(tokens) - 1), 0, -1):
-        tail = tokens[-n:]
-        for start in range(len(tokens) - n - 1, -1, -1):  # latest first; the tail itself is excluded
-            if tokens[start : start + n] == tail:
-                return tokens[start + n : start + n + k]
-    return []
-
-
-def padded(rows: list[list[int]], device: torch.device, fill: int = NONE) -> Int[Tensor, "batch guesses"]:
-    """Rows of guesses of different lengths as one tensor, padded with `fill` (by default -1, no guess)."""
-    width = max(map(len, rows), default=0)
-    return torch.tensor([row + [fill] * (width - len(row)) for row in rows], dtype=torch.long, device=device).reshape(
-        len(rows), width
-    )

@@ -38,11 +38,11 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode import tuning
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, rule_choice
 from mtdecode.model import CausalLM, Runner
+from mtdecode.plain import prefill, sample_next
 from mtdecode.sampling import RowRandom, draw
-from mtdecode.session import Choice, Session, Step, with_new_token
-from mtdecode.strategies.autoregressive import prefill, sample_next
+from mtdecode.session import Session, Step, with_new_token
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 
@@ -103,19 +103,6 @@ class Speculative:
             if length is not None:
                 length.record(k, accepted)
             yield commit(s, draft, guesses, accepted, new_token, k)
-
-
-def rule_choice(name: str, length: DraftLength, steps: list[Step]) -> Choice:
-    """What the stopping rule chose over the run (`Stats.choices`), with its break-even: a first guess pays only
-    while the row's acceptance a exceeds (c + t(2) - t(1)) / t(1) (the rule with i = 0)."""
-    c = length.costs
-    added = c.t(2) - c.t(1)
-    pays = (
-        f"the row's acceptance so far was below the {(c.draft + added) / c.step(0):.0%} at which a first guess "
-        f"pays (a draft forward costs {c.draft:.2f} of a 1-token target forward, one more verified token {added:.2f})"
-    )
-    fix = f"{name}(draft, num_draft_tokens=k) drafts k guesses every step"
-    return drafting_choice(name, length, steps, guesses="guesses", pays=pays, fix=fix)
 
 
 def draft_tokens(

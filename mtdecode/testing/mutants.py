@@ -27,11 +27,11 @@ from transformers import DynamicCache
 
 from mtdecode import verification
 from mtdecode.cache import cache_keyword
+from mtdecode.copying import lookup
 from mtdecode.model import CausalLM
 from mtdecode.sampling import Sampler
 from mtdecode.strategies import Lookahead, PromptLookup
 from mtdecode.strategies import mtad as mtad_strategy
-from mtdecode.strategies.prompt_lookup import lookup
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.testing.blackbox import SAMPLING_SETTINGS
 from mtdecode.testing.decoders import strategy_decoder
@@ -504,7 +504,7 @@ class PoolReadAfterUpdate(PromptLookup):
 
 def _verify_other_than_fed(s, fed: list[list[int]], verified: list[list[int]]):
     """`verification.verify_chain`, but the guesses checked are `verified`, not the ones fed."""
-    from mtdecode.strategies.prompt_lookup import padded
+    from mtdecode.verification import padded
 
     guesses_fed, guesses = padded(fed, s.device), padded(verified, s.device)
     rows = [row + guess for row, guess in zip(s.unread(s.target), guesses_fed.clamp(min=0).tolist(), strict=True)]

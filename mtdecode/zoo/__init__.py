@@ -102,7 +102,7 @@ def _load_eagle(device: str | torch.device, dtype: torch.dtype, quantize: str | 
 
     if not (EAGLE_DIR / "head.safetensors").exists():
         raise FileNotFoundError(
-            f"{EAGLE_DIR / 'head.safetensors'} is missing: build it with  python -m mtdecode.zoo.eagle all"
+            f"{EAGLE_DIR / 'head.safetensors'} is missing: build it with  python -m mtdecode.recipes.eagle all"
         )
     target = load_model(DEFAULT_MODEL, dtype=dtype).hf
     head = load_head(target, EAGLE_DIR).to(device)
@@ -122,7 +122,7 @@ def _load_draft(dtype: torch.dtype):
 
     shipped = DRAFT_DIR / "model.safetensors"
     if not shipped.exists():
-        raise FileNotFoundError(f"{shipped} is missing: build it with  python -m mtdecode.zoo.distill all")
+        raise FileNotFoundError(f"{shipped} is missing: build it with  python -m mtdecode.recipes.distill all")
     meta = json.loads((DRAFT_DIR / "draft.json").read_text())
     target_dir = _smollm2_folder()
     settings = json.loads((target_dir / "config.json").read_text())

@@ -1,10 +1,10 @@
 """Build the speculative-decoding draft for SmolLM2-135M-Instruct by distillation.
 
-    python -m mtdecode.zoo.distill data   --work WORK   # the target answers chat prompts
-    python -m mtdecode.zoo.distill train  --work WORK   # a small draft learns the target's p
-    python -m mtdecode.zoo.distill export --work WORK   # ship the weights in the package
-    python -m mtdecode.zoo.distill evaluate             # agreement on held-out prompts, cost
-    python -m mtdecode.zoo.distill all    --work WORK   # the four in a row
+    python -m mtdecode.recipes.distill data   --work WORK   # the target answers chat prompts
+    python -m mtdecode.recipes.distill train  --work WORK   # a small draft learns the target's p
+    python -m mtdecode.recipes.distill export --work WORK   # ship the weights in the package
+    python -m mtdecode.recipes.distill evaluate             # agreement on held-out prompts, cost
+    python -m mtdecode.recipes.distill all    --work WORK   # the four in a row
 
 Every stage shows a progress bar and resumes where it stopped: `data` writes one shard
 per batch and skips shards that exist; `train` checkpoints model, optimiser, step and
@@ -44,8 +44,8 @@ def make_data(work: Path, *, batch: int = 32, new_tokens: int = 160, temperature
     """Let the target answer every training prompt; store tokens and top-k log-probs per shard."""
     from tqdm import tqdm
 
+    from mtdecode.recipes.prompts import training_prompts
     from mtdecode.zoo import load_model, load_tokenizer
-    from mtdecode.zoo.prompts import training_prompts
 
     shards = work / "data"
     shards.mkdir(parents=True, exist_ok=True)
@@ -270,7 +270,7 @@ def export(work: Path, out: Path | None = None) -> Path:
         "target_layers": list(state["layers"]),
         "steps": state["step"],
         "last_log": log[-1] if log else None,
-        "recipe": "python -m mtdecode.zoo.distill all",
+        "recipe": "python -m mtdecode.recipes.distill all",
     }
     (out / "draft.json").write_text(json.dumps(meta, indent=2) + "\n")
     return out
@@ -286,9 +286,9 @@ def evaluate(prompts: int = 24, new_tokens: int = 64, timing_rounds: int = 30) -
     from tqdm import tqdm
 
     import mtdecode
+    from mtdecode.recipes.prompts import held_out_prompts
     from mtdecode.strategies import Autoregressive
     from mtdecode.zoo import DRAFT_MODEL, load_model, load_tokenizer
-    from mtdecode.zoo.prompts import held_out_prompts
 
     target, draft, tokenizer = load_model(), load_model(DRAFT_MODEL), load_tokenizer()
     chosen = held_out_prompts()[:: max(1, len(held_out_prompts()) // prompts)][:prompts]

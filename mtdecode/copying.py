@@ -1,0 +1,75 @@
+"""Guesses taken from the text itself, which cost no draft model: prompt lookup's copy of what followed the last
+n-gram's previous occurrence (`lookup`) and its record of how often copied tokens held (`CopyRecord`), used by
+`PromptLookup` and by `Eagle`'s copy branch, and random prompt tokens to start a window of guesses from
+(`prompt_tokens`), used by `Jacobi` and `Lookahead`.
+"""
+
+import torch
+
+from mtdecode.drafting import chain_outcome
+from mtdecode.session import Session
+from mtdecode.tensor_types import Float, Int, Tensor
+
+
+def lookup(tokens: list[int], ngram: int, k: int) -> list[int]:
+    """Prompt lookup's step 1: up to k tokens that followed the most recent earlier occurrence of the last n tokens,
+    for n = ngram, ngram - 1, ..., 1 (the first n with a match wins); [] if none matches."""
+    if k < 1:
+        return []
+    for n in range(min(ngram, len(tokens) - 1), 0, -1):
+        tail = tokens[-n:]
+        for start in range(len(tokens) - n - 1, -1, -1):  # latest first; the tail itself is excluded
+            if tokens[start : start + n] == tail:
+                return tokens[start + n : start + n + k]
+    return []
+
+
+class CopyRecord:
+    """How often this row's copied tokens were accepted, given the ones before them were: a copy's first token, its
+    second, and its later tokens together.
+
+    Copies hold or break as a whole (a quote goes on until the answer departs from it): a copy's first token is
+    the likeliest to fail, its second less so once the first held, and a later one seldom once a few held, about
+    alike at every depth. So the first and second tokens have their own rates and the later ones share one, which
+    learns fast and does not leave deep positions that were seldom tried at their prior.
+
+    Before a row has seen any copy, the copy itself is the evidence: token i + 1 of a copy whose i tokens held
+    holds with chance (i + 1) / (i + 2), Laplace's rule of succession (1/2 for the first token, 2/3 for the
+    second, 10/11 for the tenth). That is each position's prior, worth two tokens of the row's record."""
+
+    #: the first `DEPTHS - 1` positions have a rate each; the later ones share the last
+    DEPTHS = 3
+    #: tokens of record the prior is worth
+    PRIOR = 2.0
+
+    def __init__(self, batch: int) -> None:
+        # columns: first, second, later tokens (bookkeeping on the host)
+        self.hits = torch.zeros(batch, self.DEPTHS, dtype=torch.float64, device="cpu")
+        self.tries = torch.zeros(batch, self.DEPTHS, dtype=torch.float64, device="cpu")
+
+    def chances(self, width: int) -> Float[Tensor, "batch width"]:
+        """P(copied token i + 1 accepted | tokens 1..i accepted) for i < `width`, per row: its depth's record and its
+        prior, or a shallower position's chance where that is higher (a copy that held so far holds on at least as
+        often)."""
+        position = torch.arange(width, device="cpu")
+        depth = position.clamp(max=self.DEPTHS - 1)
+        prior = (position + 1.0) / (position + 2.0)  # (width,): the rule of succession within the copy
+        rate = (self.hits[:, depth] + self.PRIOR * prior) / (self.tries[:, depth] + self.PRIOR)  # (batch, width)
+        return rate.cummax(dim=1).values if width else rate
+
+    def add(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
+        """After verification: copied tokens 1..accepted held, token accepted + 1 (if drafted) did not."""
+        tried, hit = chain_outcome(drafted, accepted, int(drafted.max()) if drafted.numel() else 0)  # (batch, drafted)
+        depth = torch.arange(tried.shape[1], device="cpu").clamp(max=self.DEPTHS - 1).expand_as(tried)
+        self.tries.scatter_add_(1, depth, tried.double())
+        self.hits.scatter_add_(1, depth, hit.double())
+
+
+def prompt_tokens(s: Session, n: int) -> Int[Tensor, "batch n"]:
+    """n tokens drawn at random from each row's prompt, with the row's random stream (a seed repeats them)."""
+    lengths = torch.tensor(s.prompt_lengths, device=s.device)  # (batch,)
+    width = max(s.prompt_lengths)
+    rows = [row[:n] + [0] * (width - n) for row, n in zip(s.tokens, s.prompt_lengths, strict=True)]
+    prompts = torch.tensor(rows, device="cpu")
+    picks = (s.random.uniform(n).to(s.device)[:, :n] * lengths[:, None]).long()  # (batch, n): uniform over positions
+    return prompts.to(s.device).gather(1, torch.minimum(picks, lengths[:, None] - 1))

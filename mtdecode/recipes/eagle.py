@@ -1,0 +1,448 @@
+"""The training recipe of the EAGLE-1 style head (`mtdecode.zoo.eagle.EagleHead`): the target's own answers and
+features as data, the training loop, export into the package, and held-out evaluation (`--model` trains a head for
+a target of your own; the shipped head is the default model's).
+
+Training (`eagle_loss`) follows the paper: SmoothL1 between f'_{t+1} and the target's
+f_{t+1}, plus 0.1 times the cross-entropy of the head's distribution against the target's own
+next-token distribution (renormalised over the head's tokens).
+
+**Why EAGLE-1's single top-layer feature, not EAGLE-3's fused low/mid/high features with
+training-time test.** Training-time test fights errors that compound with draft depth, but the
+head's chance of being right at depth d, given depths 1..d-1 were right, hardly falls with d
+(`evaluate`; in the first pilot, 192 chat prompts and 600 steps: 44.0%, 42.5%, 40.6%): the
+first guess is the limit. For the first guess, `benchmarks/eagle3_pilot.py` trained three heads
+from the same start on the same windows of the chat, two-turn chat and question answers (896
+sequences, 800 steps each) and scored them on 56 held-out sequences (5,812 answer positions):
+EAGLE-1 as shipped 43.7%; the same input with EAGLE-3's loss (the cross-entropy alone) 42.7%;
+EAGLE-3's input (layers 2, 15 and 27 fused, 3H -> H) with that loss 43.2%. The fused input
+gained 0.5 points over the top feature under the same loss, within a pilot's noise, and EAGLE-1's
+loss did best; the fusion would cost a 3H -> H product for every committed token and three
+hidden states from every verifying forward. So the head stays EAGLE-1. It keeps one decoder
+layer: in the same pilot a second layer gave 44.6% against 43.7%, for a second layer's forward
+in every head forward.
+
+The recipe, resumable at every stage:
+
+    python -m mtdecode.recipes.eagle data     --work WORK   # the target's greedy answers, with its features
+    python -m mtdecode.recipes.eagle train    --work WORK   # AdamW; checkpoints, resumed from
+    python -m mtdecode.recipes.eagle export   --work WORK   # into the package, float16
+    python -m mtdecode.recipes.eagle evaluate --work WORK   # held-out acceptance by depth and task
+    python -m mtdecode.recipes.eagle all      --work WORK --steps 10500
+
+The shipped head (measured on a 2-core AMD EPYC host; the wall-clock times include other work that shared
+the machine), made in stages, each resuming from the last checkpoint:
+
+- the target answered 896 prompts (384 chat, 128 code, 192 math, 192 summaries; 161,623 tokens, 93,316 of
+  them answers) in about 27 min; 6,000 steps on them took about 42 min (3.4 steps/s when alone);
+- it read 1,600 windows of 256 tokens of installed packages' code and docstrings (11 min); 1,525 more steps;
+- round 2 (about 12 min): 64 everyday questions, 192 two-turn chats that follow up its answers, 48 passages it
+  wrote and 144 summaries and extractions of them (98,881 tokens, 46,105 of them answers); 2,975 more steps
+  (about 22 min), 10,500 in all.
+
+On held-out answers (other topics, code, numbers, questions, passages; teacher forced) the templated kinds were
+learned best: after step 6,000 the first guess was right 57.2% of the time on chat, 42.2% on code, 86.6% on
+math and 56.3% on summaries, against 92-94% on its training answers, hence the packages' text and round 2.
+Round 2 moved the first guess on the held-out two-turn chats from 37.1% to 42.6% and on extractions from 38.1%
+to 47.1%. `evaluate` gives acceptance by draft depth and kind (docs/strategies/eagle.md has the table);
+`benchmarks/eagle_costs.py` gives it on the benchmark's prompts.
+"""
+
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.zoo.eagle import EagleHead
+
+#: weight of the token loss against the feature loss (EAGLE-1)
+TOKEN_LOSS_WEIGHT = 0.1
+#: the recipe's target when none is named
+DEFAULT_TARGET = "smollm2-135m-instruct"
+
+def eagle_loss(
+    head: EagleHead, features: Float[Tensor, "batch seq hidden"], tokens: Int[Tensor, "batch seq"]
+) -> tuple[Float[Tensor, ""], Float[Tensor, ""], Float[Tensor, ""]]:
+    """The training loss on one batch of the target's own forward: `features[:, t]` is the target's feature at
+    position t, `tokens[:, t]` the token there. Position t's input is (f_t, x_{t+1}); its outputs are compared with
+    f_{t+1} and with the target's distribution for x_{t+2}, which is the target's output layer on f_{t+1}
+    restricted to the head's tokens (the output layer is linear without a bias, as in Llama-family models).
+
+    **Returns:** the total loss, the feature loss (SmoothL1) and the token loss (cross-entropy), each a mean.
+    """
+    seq = tokens.shape[1]
+    positions = torch.arange(seq - 1, device=tokens.device).expand(tokens.shape[0], -1)
+    predicted = head(features[:, :-1], tokens[:, 1:], positions)  # f'_{t+1}, (batch, seq - 1, hidden)
+    feature_loss = F.smooth_l1_loss(predicted, features[:, 1:])
+    tokens_loss = token_loss(head, predicted, features)
+    return feature_loss + TOKEN_LOSS_WEIGHT * tokens_loss, feature_loss, tokens_loss
+
+
+def token_loss(
+    head: EagleHead, predicted: Float[Tensor, "batch seq_1 hidden"], features: Float[Tensor, "batch seq hidden"]
+) -> Float[Tensor, ""]:
+    """The cross-entropy of the head's distribution (from its `predicted` features f'_{t+1}) against the target's
+    own for x_{t+2}, its output layer on f_{t+1} restricted to the head's tokens; a mean over positions."""
+    p = torch.softmax(head.logits(features[:, 1:]).float(), dim=-1)  # the target's, on the head's tokens
+    log_q = torch.log_softmax(head.logits(predicted).float(), dim=-1)
+    return -(p * log_q).sum(-1).mean()
+
+
+# Prompts: `mtdecode.recipes.prompts`, four task kinds; none of the benchmark's prompts is among them.
+
+HEAD_TOKENS = 8192  # the head scores this many of the most frequent tokens of the data
+
+
+#: prompts per task kind: (training, held out). The summaries' passages are the target's own chat answers; the
+#: conversations continue its answers to `question`, and `extract` reads the passages it wrote in `passage`.
+TASK_PROMPTS = {"chat": (384, 24), "code": (128, 16), "math": (192, 16), "summary": (192, 16), "question": (64, 8),
+                "conversation": (192, 24), "passage": (48, 8), "extract": (144, 24)}  # fmt: skip
+NEW_TOKENS = {"passage": 160}  # the others: 128
+
+
+def task_prompts(kind: str, count: int, work, held_out: bool, model: str | None = None) -> list[list[dict]]:
+    """The first `count` chats of one task kind (chat is shuffled with a fixed seed so every template is in).
+    Kinds that read the target's earlier answers (`summary`, `conversation`, `extract`) need those made first."""
+    import random
+
+    from mtdecode.recipes import prompts as p
+    from mtdecode.zoo import load_tokenizer
+
+    def answers(of: str) -> list[str]:
+        tokenizer = load_tokenizer(model or DEFAULT_TARGET)
+        return [tokenizer.decode(r["tokens"][r["answer_start"] :], skip_special_tokens=True)
+                for r in load_records(work, of, held_out)]  # fmt: skip
+
+    if kind == "chat":
+        texts = p.held_out_prompts() if held_out else p.training_prompts()
+        random.Random(0).shuffle(texts)
+    elif kind == "code":
+        texts = p.code_prompts(held_out)
+    elif kind == "math":
+        texts = p.math_prompts(count, held_out)
+    elif kind == "summary":
+        texts = p.summary_prompts(answers("chat"))
+    elif kind == "question":
+        texts = p.question_prompts(held_out)
+    elif kind == "conversation":
+        answered = answers("question")  # the questions the target answered (all, unless the recipe is scaled down)
+        return p.conversations(p.question_prompts(held_out)[: len(answered)], answered, held_out)[:count]
+    elif kind == "passage":
+        texts = p.passage_requests(held_out)
+    elif kind == "extract":
+        texts = p.passage_prompts(answers("passage"))
+    else:
+        raise ValueError(f"unknown task kind {kind!r}; expected one of {sorted(TASK_PROMPTS)}")
+    return [[{"role": "user", "content": t}] for t in texts[:count]]
+
+
+def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, batch: int = 16,
+              new_tokens: int = 128, model: str | None = None) -> None:  # fmt: skip
+    """The target (`model`: a name or folder for `load_model`, the default model if None) answers one task kind's
+    prompts greedily, `batch` at a time; each shard keeps every sequence's tokens (prompt + answer), where its
+    answer starts, and the target's features along it (float16)."""
+    from tqdm import tqdm
+
+    import mtdecode
+    from mtdecode import KVCache, masks
+    from mtdecode.strategies import Autoregressive
+    from mtdecode.zoo import load_model, load_tokenizer
+
+    folder = Path(work) / ("held_out" if held_out else "data") / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    chats = task_prompts(kind, prompts, work, held_out, model)
+    batches = [chats[i : i + batch] for i in range(0, len(chats), batch)]
+    todo = [i for i in range(len(batches)) if not (folder / f"{i:04d}.pt").exists()]
+    if not todo:
+        return
+    target, tokenizer = load_model(model or DEFAULT_TARGET), load_tokenizer(model or DEFAULT_TARGET)  # a CausalLM
+    for i in tqdm(todo, desc=f"data: target answers ({kind}, {folder.parent.name})", unit="batch"):
+        ids = [list(tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"]) for c in batches[i]]
+        result = mtdecode.generate(
+            target, ids, Autoregressive(), max_new_tokens=new_tokens, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.eos_token_id,
+        )  # fmt: skip
+        records = []
+        for b, prompt in enumerate(ids):
+            tokens = torch.tensor(prompt + result.row(b))
+            n = len(tokens)
+            _, features = target.forward_features(
+                tokens[None], torch.arange(n)[None], masks.causal(n, 0)[None, None], KVCache()
+            )
+            records.append({"tokens": tokens, "answer_start": len(prompt), "features": features[0].half()})
+        tmp = folder / f"{i:04d}.tmp"
+        torch.save(records, tmp)
+        tmp.rename(folder / f"{i:04d}.pt")
+
+
+#: chunks of installed packages' text read by the target (not generated): Python code, and docstrings as prose
+TEXT_CHUNKS = {"text_code": 800, "text_prose": 800}
+TEXT_CHUNK_TOKENS = 256
+
+
+def make_text_data(work, kind: str, *, chunks: int, batch: int = 8, model: str | None = None) -> None:
+    """The target reads text it did not write, `chunks` windows of `TEXT_CHUNK_TOKENS` tokens: the source of the
+    Python packages installed beside it (`text_code`) or their docstrings (`text_prose`), files in sorted order,
+    shuffled with a fixed seed. Its features along them teach the head more of the target than its own answers
+    to the templated prompts can: the answers alone are few and alike (see `evaluate`)."""
+    import ast
+    import random
+    import sysconfig
+
+    from tqdm import tqdm
+
+    from mtdecode import KVCache, masks
+    from mtdecode.zoo import load_model, load_tokenizer
+
+    folder = Path(work) / "data" / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    if (folder / "done").exists():
+        return
+    tokenizer, target = load_tokenizer(model or DEFAULT_TARGET), load_model(model or DEFAULT_TARGET)
+    files = sorted(Path(sysconfig.get_paths()["purelib"]).rglob("*.py"))
+    random.Random(0).shuffle(files)
+    pieces, total = [], 0
+    for path in files:
+        if total >= chunks * TEXT_CHUNK_TOKENS:
+            break
+        try:
+            source = path.read_text(encoding="utf-8")
+            texts = [source] if kind == "text_code" else _docstrings(ast.parse(source))
+        except (UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        for text in texts:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            for start in range(0, len(ids) - TEXT_CHUNK_TOKENS + 1, TEXT_CHUNK_TOKENS):
+                pieces.append(ids[start : start + TEXT_CHUNK_TOKENS])
+                total += TEXT_CHUNK_TOKENS
+    pieces = pieces[:chunks]
+    n = TEXT_CHUNK_TOKENS
+    for i in tqdm(range(0, len(pieces), batch), desc=f"data: the target reads {kind}", unit="batch"):
+        tokens = torch.tensor(pieces[i : i + batch])
+        _, features = target.forward_features(
+            tokens, torch.arange(n).expand(len(tokens), -1), masks.causal(n, 0).expand(len(tokens), 1, n, n), KVCache()
+        )
+        pairs = zip(tokens, features, strict=True)
+        records = [{"tokens": t, "answer_start": 0, "features": f.half()} for t, f in pairs]
+        torch.save(records, folder / f"{i // batch:04d}.pt")
+    (folder / "done").write_text(f"{len(pieces)} chunks of {n} tokens\n")
+
+
+def _docstrings(tree) -> list[str]:
+    """The module, class and function docstrings of a parsed file that are at least 300 characters long."""
+    import ast
+
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    found = [ast.get_docstring(node) for node in ast.walk(tree) if isinstance(node, kinds)]
+    return ["\n\n".join(d for d in found if d and len(d) >= 300)] if found else []
+
+
+def load_records(work, kind: str | None = None, held_out: bool = False) -> list[dict]:
+    """The records of one task kind, or of every kind (`kind=None`)."""
+    folder = Path(work) / ("held_out" if held_out else "data")
+    pattern = f"{kind}/*.pt" if kind else "*/*.pt"
+    records = [r for shard in sorted(folder.glob(pattern)) for r in torch.load(shard)]
+    if not records:
+        raise FileNotFoundError(f"no data in {folder}/{pattern}: run the 'data' stage first")
+    return records
+
+
+def build_head(target, records: list[dict], head_tokens: Int[Tensor, " head"] | None = None) -> EagleHead:
+    """A head for `target` scoring `head_tokens`, by default the `HEAD_TOKENS` tokens most frequent in the data."""
+    if head_tokens is None:
+        counts = torch.zeros(target.config.vocab_size, dtype=torch.long)
+        for r in records:
+            counts += torch.bincount(r["tokens"], minlength=target.config.vocab_size)
+        head_tokens = counts.topk(min(HEAD_TOKENS, target.config.vocab_size)).indices.sort().values
+    embedding, output = target.get_input_embeddings().weight, target.get_output_embeddings().weight
+    return EagleHead(target.config, embedding.float(), output.float(), head_tokens)
+
+
+def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: float = 1e-3, seed: int = 0,
+          model: str | None = None) -> None:
+    """AdamW on `eagle_loss` over random windows of the data (every task kind), the learning rate warming up over
+    the first 100 steps and then falling along a cosine to a tenth; a checkpoint every 25 steps, resumed from."""
+    import json
+
+    from tqdm import tqdm
+
+    from mtdecode.zoo import load_model
+
+    work = Path(work)
+    records = load_records(work)
+    held_out = load_records(work, held_out=True)
+    target = load_model(model or DEFAULT_TARGET).hf
+    torch.manual_seed(seed)
+    head = build_head(target, records)
+    optimiser = torch.optim.AdamW(head.parameters(), lr=lr)
+    checkpoint, start = work / "eagle.pt", 0
+    if checkpoint.exists():  # resume: the head keeps the tokens it was built with, whatever data came since
+        state = torch.load(checkpoint, weights_only=False)
+        head = build_head(target, records, state["head"]["head_token_ids"])
+        optimiser = torch.optim.AdamW(head.parameters(), lr=lr)
+        head.load_state_dict(state["head"])
+        optimiser.load_state_dict(state["optimiser"])
+        start = state["step"]
+    generator = torch.Generator().manual_seed(seed + start)
+    with (work / "eagle_train.log").open("a") as log:
+        for step in tqdm(range(start, steps), desc="train: eagle head", unit="step", initial=start, total=steps):
+            windows = random_windows(records, batch, window, generator)
+            features = torch.stack([r["features"][a:b] for r, a, b in windows]).float()
+            tokens = torch.stack([r["tokens"][a:b] for r, a, b in windows])
+            for group in optimiser.param_groups:
+                group["lr"] = learning_rate(lr, step, steps)
+            loss, feature_loss, token_loss = eagle_loss(head, features, tokens)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            log.write(json.dumps({"step": step + 1, "loss": loss.item(), "feature": feature_loss.item(),
+                                  "token": token_loss.item()}) + "\n")  # fmt: skip
+            if (step + 1) % 25 == 0 or step + 1 == steps:
+                state = {"head": head.state_dict(), "optimiser": optimiser.state_dict(), "step": step + 1}
+                torch.save(state, checkpoint)
+            if (step + 1) % 250 == 0 or step + 1 == steps:
+                log.write(json.dumps({"step": step + 1, "held_out": held_out_scores(head, held_out)}) + "\n")
+                log.flush()
+
+
+def random_windows(records: list[dict], batch: int, window: int, generator: torch.Generator) -> list[tuple]:
+    """`batch` random windows `(record, start, end)` of one length: `window` tokens, or the shortest chosen record's."""
+    chosen = torch.randint(0, len(records), (batch,), generator=generator).tolist()
+    length = min(window, *(len(records[i]["tokens"]) for i in chosen))
+    starts = [int(torch.randint(0, len(records[i]["tokens"]) - length + 1, (1,), generator=generator))
+              for i in chosen]  # fmt: skip
+    return [(records[i], a, a + length) for i, a in zip(chosen, starts, strict=True)]
+
+
+def learning_rate(lr: float, step: int, steps: int) -> float:
+    """The recipe's schedule: a warm-up over the first 100 steps, then a cosine from `lr` down to `lr` / 10."""
+    return lr * min(1.0, (step + 1) / 100) * (0.55 + 0.45 * math.cos(math.pi * step / steps))
+
+
+def first_guess_hits(head: EagleHead, predicted: Float[Tensor, "1 seq_1 hidden"], record: dict) -> tuple[int, int]:
+    """Teacher forced over one record: at how many answer positions the head's first guess (from `predicted`,
+    f'_{t+1} for every t) is the target's token x_{t+2}, and how many answer positions there are."""
+    tokens, n = record["tokens"], record["tokens"].shape[0]
+    guess = head.head_token_ids[head.logits(predicted[0, :-1]).argmax(-1)]  # x_{t+2}
+    answer = torch.arange(n - 2) + 2 >= record["answer_start"]
+    return int(((guess == tokens[2:]) & answer).sum()), int(answer.sum())
+
+
+def held_out_scores(head: EagleHead, records: list[dict]) -> dict:
+    """On held-out sequences, teacher forced (the target's real features): the mean loss, and how often the head's
+    first guess is the target's next answer token (depth-1 acceptance), one forward per sequence."""
+    losses, hits, count = [], 0, 0
+    with torch.no_grad():
+        for r in records:
+            features, tokens = r["features"][None].float(), r["tokens"][None]
+            losses.append(float(eagle_loss(head, features, tokens)[0]))
+            n = tokens.shape[1]
+            predicted = head(features[:, :-1], tokens[:, 1:], torch.arange(n - 1)[None])  # f'_{t+1}
+            right, positions = first_guess_hits(head, predicted, r)
+            hits, count = hits + right, count + positions
+    return {"loss": round(sum(losses) / len(losses), 4), "first_guess": round(hits / count, 4)}
+
+
+def export(work, folder: Path | None = None) -> Path:
+    """Write the trained head to `folder` (default: into the package, `weights/smollm2-135m-eagle`), in float16:
+    its fuse, layer and norm weights and its token list; the embedding and output rows are the target's and are
+    not shipped. `load_head(target, folder)` reads it back."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from mtdecode.zoo import EAGLE_DIR
+
+    folder = Path(folder or EAGLE_DIR)
+    state = torch.load(Path(work) / "eagle.pt", weights_only=False)
+    weights = {k: v.half() if v.is_floating_point() else v for k, v in state["head"].items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "head.safetensors"))
+    (folder / "eagle.json").write_text(json.dumps({"steps": state["step"], "head_tokens": HEAD_TOKENS}) + "\n")
+    return folder / "head.safetensors"
+
+
+def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | None = None,
+             model: str | None = None) -> dict:
+    """Greedy acceptance of a chain drafted by the head, by depth and task kind, on held-out answers (teacher
+    forcing up to each position t, then the head's own features and tokens): the share of answer positions where
+    the first d drafted tokens all equal the target's tokens, for d = 1..`depths`."""
+    import json
+
+    from tqdm import tqdm
+
+    from mtdecode.zoo import load_model
+
+    work = Path(work)
+    if head is None:
+        state = torch.load(work / "eagle.pt", weights_only=False)["head"]
+        head = build_head(load_model(model or DEFAULT_TARGET).hf, [], state["head_token_ids"])
+        head.load_state_dict(state)
+    report = {}
+    for kind in tqdm(TASK_PROMPTS, desc="evaluate: held-out chains by task kind", unit="kind"):
+        held_out = load_records(work, kind, held_out=True)[:sequences]
+        hits, positions = torch.zeros(depths), 0
+        with torch.no_grad():
+            for r in held_out:
+                tokens, features = r["tokens"], r["features"].float()
+                for t in range(r["answer_start"] - 1, len(tokens) - depths - 1):  # f_t known, x_{t+1} the next token
+                    feats, toks = features[: t + 1], tokens[1 : t + 2]
+                    ok = True
+                    for d in range(depths):
+                        predicted = head(feats[None], toks[None], torch.arange(len(toks))[None])[0, -1]  # f'_{t+1+d}
+                        guess = head.head_token_ids[head.logits(predicted).argmax()]
+                        ok = ok and bool(guess == tokens[t + 2 + d])
+                        hits[d] += ok
+                        feats, toks = torch.cat([feats, predicted[None]]), torch.cat([toks, guess[None]])
+                    positions += 1
+        report[kind] = {"positions": positions,
+                        **{f"accepted_to_depth_{d + 1}": round(float(hits[d]) / positions, 4) for d in range(depths)},
+                        "tokens_per_forward_chain": round(1 + float(hits.sum()) / positions, 3)}  # fmt: skip
+    print(json.dumps(report, indent=2))
+    (work / "evaluate.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m mtdecode.recipes.eagle STAGE --work DIR [--model NAME_OR_FOLDER] [--scale S] [--out FOLDER]`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Train an EAGLE-style draft head (by default for SmolLM2-135M).")
+    parser.add_argument("stage", choices=["data", "train", "export", "evaluate", "all"])
+    parser.add_argument("--work", type=Path, default=Path("build/eagle"), help="data and checkpoints go here")
+    parser.add_argument("--model", default=None, help="the target: the embedded model (default) or a local folder "
+                        "of any supported family, with its tokenizer and chat template")  # fmt: skip
+    parser.add_argument("--scale", type=float, default=1.0, help="a share of the recipe's prompts and text (a smoke "
+                        "test: 0.01)")  # fmt: skip
+    parser.add_argument("--new-tokens", type=int, default=None, help="tokens per answer (default 128, passages 160)")
+    parser.add_argument("--steps", type=int, default=10500)
+    parser.add_argument("--window", type=int, default=256, help="tokens per training window")
+    parser.add_argument("--sequences", type=int, default=8, help="held-out sequences per task kind to evaluate")
+    parser.add_argument("--out", type=Path, default=None, help="export here (default: into the package, for the "
+                        "default model only)")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.model is not None and args.out is None and args.stage in ("export", "all"):
+        parser.error("--model needs --out: the package holds the default model's head only")
+
+    def scaled(count: int) -> int:
+        return max(1, round(count * args.scale))
+
+    if args.stage in ("data", "all"):
+        for kind, (count, held_out_count) in TASK_PROMPTS.items():  # chat first: summaries read its answers
+            new_tokens = args.new_tokens or NEW_TOKENS.get(kind, 128)
+            settings = dict(new_tokens=new_tokens, model=args.model)
+            make_data(args.work, kind, prompts=scaled(count), **settings)
+            make_data(args.work, kind, held_out=True, prompts=scaled(held_out_count), **settings)
+        for kind, count in TEXT_CHUNKS.items():
+            make_text_data(args.work, kind, chunks=scaled(count), model=args.model)
+    if args.stage in ("train", "all"):
+        train(args.work, steps=args.steps, window=args.window, model=args.model)
+    if args.stage in ("export", "all"):
+        print(f"exported {export(args.work, args.out)}")
+    if args.stage in ("evaluate", "all"):
+        evaluate(args.work, sequences=args.sequences, model=args.model)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The library's layout: which of its modules import which (read from the source, lazy imports inside functions
+included). Strategies do not import one another: what two of them share lives in a module of its own
+(`mtdecode.plain`, `mtdecode.copying`, `mtdecode.drafting`). The parts of the library import one another without a
+circle, so that none is hidden by a late import; the training recipes (`mtdecode.recipes`) use the library and
+nothing in it uses them."""
+
+import ast
+from pathlib import Path
+
+import mtdecode
+
+LIBRARY = Path(mtdecode.__file__).parent
+
+
+def imported(path: Path) -> set[str]:
+    """Every `mtdecode...` module that the file at `path` imports, anywhere in it (a `from X import name` counts as X
+    and as X.name, since the name may be a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.startswith("mtdecode.")}
+
+
+def part(module: str) -> str:
+    """The part of the library a module belongs to: `mtdecode.zoo.eagle` -> `zoo`, `mtdecode.tuning` -> `tuning`."""
+    return module.split(".")[1]
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in LIBRARY.rglob("*.py"):
+        parts = path.relative_to(LIBRARY.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def test_no_strategy_imports_another():
+    """Each strategy file imports no other strategy (only the registry, `mtdecode.strategies`, lists them all)."""
+    strategies = {name for name in modules() if name.startswith("mtdecode.strategies.")}
+    crossing = {
+        name: sorted(imported(path) & (strategies - {name}))
+        for name, path in modules().items()
+        if name in strategies
+    }
+    assert not {name: found for name, found in crossing.items() if found}, crossing
+    assert strategies >= {"mtdecode.strategies.eagle", "mtdecode.strategies.lookahead", "mtdecode.strategies.mtad"}
+
+
+def test_the_parts_of_the_library_import_one_another_without_a_circle():
+    """The graph of parts (`zoo`, `strategies`, `tuning`, ...; lazy imports included) has no cycle, and only the
+    recipes import the recipes."""
+    found = {name: path for name, path in modules().items() if name != "mtdecode"}  # the front door imports all
+    parts = {part(name) for name in found}
+    edges: dict[str, set[str]] = {}
+    for name, path in found.items():
+        edges.setdefault(part(name), set()).update(
+            part(other) for other in imported(path) if part(other) in parts - {part(name)}
+        )
+    assert not {p for p, targets in edges.items() if "recipes" in targets}, edges
+    circle = find_circle(edges)
+    assert circle is None, f"the parts import one another in a circle: {' -> '.join(circle)}"
+
+
+def find_circle(edges: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of the directed graph `edges` as a path that returns to its start, or None (depth-first search)."""
+    state: dict[str, str] = {}  # "open" while on the path, "done" after
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = "open"
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt) :] + [nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = "done"
+        return None
+
+    for start in sorted(edges):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_the_circle_finder_finds_a_circle():
+    """The check above can fail: the old layout's circle (the strategies read costs from `tuning`, whose reference
+    recording imported `strategies.eagle` late) is found; a layered graph has none."""
+    assert find_circle({"strategies": {"tuning", "zoo"}, "tuning": {"strategies", "zoo"}, "zoo": set()}) == [
+        "strategies", "tuning", "strategies"
+    ]
+    assert find_circle({"zoo": {"model"}, "strategies": {"zoo", "model", "tuning"}, "tuning": {"zoo"}}) is None
