@@ -15,7 +15,17 @@ default the first three of these; `--variants` picks any of them:
 - `EAGLE-3 input`: g_t = W [l_t ; m_t ; h_t] (3H -> H) from the outputs of layers 2, 15 and 27 of 30, then the
   same head on g_t, the cross-entropy alone;
 - `EAGLE-1, two layers`: EAGLE-1 with a second decoder layer after the first (EAGLE heads have one), to
-  see whether the head's capacity limits its first guess.
+  see whether the head's capacity limits its first guess;
+- `EAGLE-1 + top-K`: EAGLE-1's loss plus HASS's top-K distillation (the cross-entropy against the target's 10
+  likeliest tokens only, weight 1);
+- `training-time test`: EAGLE-3's training without its fused input: the head drafts 3 depths from every position
+  at once, fed its own predicted features, and each depth's cross-entropy counts with weight 0.8^(d - 1), no
+  feature loss (`mtdecode.recipes.eagle.unrolled_loss`);
+- `training-time test + top-K`: the same with the top-K cross-entropy at every depth.
+
+Besides the first guess, every variant but the fused one is scored on held-out chains (`chain_hits`): teacher
+forced up to each answer position, then fed its own features, how often its first 1, 2 and 3 guesses are all
+the target's tokens.
 
 The data are the recipe's chat, two-turn chat and question answers (`python -m mtdecode.recipes.eagle data --work
 WORK`); for `EAGLE-3 input`, the three layers' states come from one target forward over each sequence.
@@ -33,18 +43,25 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 import mtdecode
 from mtdecode.recipes.eagle import (
     build_head,
+    chain_hits,
+    distill_loss,
     eagle_loss,
     first_guess_hits,
     learning_rate,
     load_records,
     random_windows,
     token_loss,
+    unrolled_loss,
 )
 from mtdecode.zoo.eagle import EagleHead
 
 KINDS = ["chat", "conversation", "question"]
 LAYERS = (2, 15, 27)  # outputs of these layers (hidden_states[i] is layer i's output; 0 is the embedding)
-VARIANTS = ("EAGLE-1", "EAGLE-1, token loss", "EAGLE-3 input", "EAGLE-1, two layers")
+VARIANTS = ("EAGLE-1", "EAGLE-1, token loss", "EAGLE-3 input", "EAGLE-1, two layers", "EAGLE-1 + top-K",
+            "training-time test", "training-time test + top-K")
+TOP_K = 10  # HASS's K: the target's likeliest tokens that the top-K loss distils
+TOP_K_WEIGHT = 1.0  # the top-K loss's weight beside EAGLE-1's
+DEPTHS = 3  # depths unrolled by training-time test (HASS aligns 3 draft steps), and scored on held-out chains
 
 
 class FusedHead(nn.Module):
@@ -90,6 +107,13 @@ def loss(variant: str, model: nn.Module, batch: dict) -> torch.Tensor:
         return eagle_loss(model, features, tokens)[0]
     if variant == "EAGLE-1, token loss":
         return token_loss(model, model(features[:, :-1], tokens[:, 1:], positions), features)
+    if variant == "EAGLE-1 + top-K":
+        predicted = model(features[:, :-1], tokens[:, 1:], positions)
+        return eagle_loss(model, features, tokens)[0] + TOP_K_WEIGHT * distill_loss(
+            model, predicted, features[:, 1:], TOP_K
+        )
+    if variant.startswith("training-time test"):
+        return unrolled_loss(model, features, tokens, DEPTHS, TOP_K if variant.endswith("top-K") else None)
     predicted = model(batch["states"][:, :-1], tokens[:, 1:], positions)
     return token_loss(model.head, predicted, features)
 
@@ -106,6 +130,16 @@ def first_guess(variant: str, model: nn.Module, records: list[dict]) -> tuple[in
             right, positions = first_guess_hits(head, predicted, r)
             hits, count = hits + right, count + positions
     return hits, count
+
+
+def chains(model: nn.Module, records: list[dict]) -> list[float]:
+    """Held-out answers, teacher forced up to each position, then the head's own features (`unrolled`): the share of
+    positions where the first d guesses are all right, d = 1..`DEPTHS`."""
+    hits, count = torch.zeros(DEPTHS, dtype=torch.long), 0
+    for r in records:
+        right, positions = chain_hits(model, r, DEPTHS)
+        hits, count = hits + right, count + positions
+    return (hits / count).tolist()
 
 
 def main() -> None:
@@ -152,9 +186,12 @@ def main() -> None:
             optimiser.zero_grad()
             value.backward()
             optimiser.step()
-        hits, count = first_guess(variant, model, held_out)
         seconds = time.perf_counter() - start
-        print(f"  {variant:20s} held-out first guess {hits / count:.1%} ({hits}/{count}); "
+        hits, count = first_guess(variant, model, held_out)
+        deeper = "" if isinstance(model, FusedHead) else "; all right to depth 1..{}: {}".format(
+            DEPTHS, " / ".join(f"{share:.1%}" for share in chains(model, held_out))
+        )
+        print(f"  {variant:26s} held-out first guess {hits / count:.1%} ({hits}/{count}){deeper}; "
               f"last loss {float(value.detach()):.3f}; {args.steps} steps in {seconds:.0f} s", flush=True)  # fmt: skip
 
 

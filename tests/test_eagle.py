@@ -101,3 +101,62 @@ def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):
     greedy = mtdecode.generate(model, prompt, Autoregressive(), max_new_tokens=12)
     drafted = mtdecode.generate(model, prompt, Eagle(head, depth=2, width=2), max_new_tokens=12, seed=0)
     assert drafted.row(0) == greedy.row(0)
+
+
+def test_an_unrolled_draft_sees_what_a_real_draft_sees():
+    """Training-time test (`unrolled`): depth d of chain t equals the head's own forward over the target's entries up
+    to position t followed by the chain's drafted entries, fed its predicted features (a causal forward is what
+    the head's cache gives a real draft); depth 1 is the head's teacher-forced forward. A mask that let a draft
+    entry see the target's entries past its chain's start (`depth_mask` with `tril` shifted by one) fails it."""
+    from mtdecode.recipes import eagle as recipe
+
+    model = tiny_model("llama", vocab_size=VOCAB, hidden=HIDDEN, dtype=torch.float64, seed=2)
+    torch.manual_seed(0)
+    head = EagleHead(
+        model.config, model.get_input_embeddings().weight, model.get_output_embeddings().weight, torch.arange(VOCAB)
+    ).double()
+    features, tokens = target_batch(model, batch=2, seq=9, seed=3)
+    features = features.double()
+    depths = 3
+    predicted = recipe.unrolled(head, features, tokens, depths)
+    torch.testing.assert_close(predicted[0], head(features[:, :-1], tokens[:, 1:], torch.arange(8).expand(2, -1)))
+    for t in (0, 3, 5):
+        drafted = [predicted[d][:, t : t + 1] for d in range(depths - 1)]  # f'_{t+1}, f'_{t+2}
+        for d in range(2, depths + 1):
+            inputs = torch.cat([features[:, : t + 1], *drafted[: d - 1]], dim=1)  # real f_0..f_t, then the chain's
+            fed = tokens[:, 1 : t + d + 1]  # x_1..x_{t+d}
+            alone = head(inputs, fed, torch.arange(t + d).expand(2, -1))[:, -1]
+            torch.testing.assert_close(predicted[d - 1][:, t], alone)
+    # the loss of every depth is a number that training can lower, and top-K keeps fewer tokens than the whole
+    assert recipe.unrolled_loss(head, features, tokens, depths).requires_grad
+    p = torch.softmax(head.logits(features[:, 1:]).double(), dim=-1)
+    full = float(recipe.distill_loss(head, predicted[0], features[:, 1:]).detach())
+    top = float(recipe.distill_loss(head, predicted[0], features[:, 1:], top_k=3).detach())
+    assert 0 < top < full and p.topk(3, dim=-1).values.sum(-1).max() < 1
+
+
+def test_a_wrong_depth_mask_is_caught(monkeypatch):
+    """The check above can fail: with depth 1's entries visible one position past each chain's start, depth 2 no
+    longer equals a real draft."""
+    from mtdecode.recipes import eagle as recipe
+
+    right = recipe.depth_mask
+
+    def leaky(chains, depths, device="cpu"):
+        mask = right(chains, depths, device)
+        mask[chains:, :chains] |= torch.ones(chains, chains, dtype=torch.bool).tril(1).repeat(depths - 1, 1)
+        return mask
+
+    monkeypatch.setattr(recipe, "depth_mask", leaky)
+    model = tiny_model("llama", vocab_size=VOCAB, hidden=HIDDEN, dtype=torch.float64, seed=2)
+    torch.manual_seed(0)
+    head = EagleHead(
+        model.config, model.get_input_embeddings().weight, model.get_output_embeddings().weight, torch.arange(VOCAB)
+    ).double()
+    features, tokens = target_batch(model, batch=1, seq=6, seed=3)
+    features = features.double()
+    predicted = recipe.unrolled(head, features, tokens, 2)
+    t = 2
+    inputs = torch.cat([features[:, : t + 1], predicted[0][:, t : t + 1]], dim=1)
+    alone = head(inputs, tokens[:, 1 : t + 3], torch.arange(t + 2)[None])[:, -1]
+    assert not torch.allclose(predicted[1][:, t], alone)
