@@ -22,7 +22,7 @@ import torch
 
 import mtdecode
 from mtdecode import tuning
-from mtdecode.bench import _tokenize, cpu_model, load_suite
+from mtdecode.bench import cpu_model, load_suite, tokenize
 from mtdecode.strategies import Eagle, eagle
 from mtdecode.tuning import depth_timings, measure_depth_cost
 from mtdecode.zoo.int8 import exact_int_mm
@@ -71,7 +71,7 @@ def decode_tasks(target, tokenizer, strategy: Eagle, count: int) -> None:
 
     eagle.copy_outcome = counted
     for task, spec in load_suite()["tasks"].items():
-        prompts = [_tokenize(tokenizer, m) for m in spec["prompts"][:count]]
+        prompts = [tokenize(tokenizer, m) for m in spec["prompts"][:count]]
         accepted, drafted, forwards, tokens, copied[0] = Counter(), [], 0, 0, 0
         for prompt in prompts:
             result = mtdecode.generate(target, prompt, strategy, max_new_tokens=64, eos_token_id=tokenizer.eos_token_id)

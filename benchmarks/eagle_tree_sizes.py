@@ -14,7 +14,7 @@ import argparse
 import time
 
 import mtdecode
-from mtdecode.bench import _tokenize, cpu_model, load_suite
+from mtdecode.bench import cpu_model, load_suite, tokenize
 from mtdecode.strategies import Autoregressive, Eagle
 
 #: label -> strategy; the fixed trees grow wider and deeper than the default's 5 depths of 4 nodes
@@ -35,7 +35,7 @@ def main() -> None:
     if args.prompts < 1:
         parser.error("--prompts must be at least 1")
     target, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
-    prompts = [_tokenize(tokenizer, m) for m in load_suite()["tasks"][args.task]["prompts"][: args.prompts]]
+    prompts = [tokenize(tokenizer, m) for m in load_suite()["tasks"][args.task]["prompts"][: args.prompts]]
     for strategy in STRATEGIES.values():  # warm-up, not timed
         mtdecode.generate(target, prompts[0][:16], strategy, max_new_tokens=4)
     seconds = dict.fromkeys(STRATEGIES, 0.0)

@@ -13,7 +13,7 @@ import time
 
 import mtdecode
 from mtdecode import model as adapter
-from mtdecode.bench import _tokenize, load_suite
+from mtdecode.bench import load_suite, tokenize
 from mtdecode.strategies import MTAD, Autoregressive, Lookahead, PromptLookup, Speculative
 
 
@@ -21,7 +21,7 @@ def main() -> None:
     target, draft = mtdecode.load_model(), mtdecode.load_model(mtdecode.DRAFT_MODEL)
     tokenizer = mtdecode.load_tokenizer()
     tasks = load_suite()["tasks"]
-    prompts = [_tokenize(tokenizer, m) for m in tasks["chat"]["prompts"][:3] + tasks["code"]["prompts"][:3]]
+    prompts = [tokenize(tokenizer, m) for m in tasks["chat"]["prompts"][:3] + tasks["code"]["prompts"][:3]]
     spent, calls = [0.0], [0]
     forward = adapter.CausalLM.forward
 
