@@ -5,6 +5,7 @@ n-gram's previous occurrence (`lookup`) and its record of how often copied token
 """
 
 import torch
+from einops import repeat
 
 from mtdecode.drafting import chain_outcome
 from mtdecode.session import Session
@@ -60,7 +61,8 @@ class CopyRecord:
     def add(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         """After verification: copied tokens 1..accepted held, token accepted + 1 (if drafted) did not."""
         tried, hit = chain_outcome(drafted, accepted, int(drafted.max()) if drafted.numel() else 0)  # (batch, drafted)
-        depth = torch.arange(tried.shape[1], device="cpu").clamp(max=self.DEPTHS - 1).expand_as(tried)
+        depth = repeat(torch.arange(tried.shape[1], device="cpu").clamp(max=self.DEPTHS - 1), "guess -> batch guess",
+                       batch=tried.shape[0])  # fmt: skip
         self.tries.scatter_add_(1, depth, tried.double())
         self.hits.scatter_add_(1, depth, hit.double())
 

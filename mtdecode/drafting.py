@@ -83,6 +83,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
+from einops import pack, reduce, repeat, unpack
 
 from mtdecode.session import Choice, Step
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
@@ -496,14 +497,14 @@ class DraftLength:
         (with the batch rule, from every row's: the rows share the draft and the target, so the batch learns how far
         to trust the draft's confidence as many times faster as it has rows). The scale learns from every verified
         guess, a bin only from its own, so an overconfident draft is distrusted in every bin after a few rejections."""
-        columns = bin_of(confidence).reshape(confidence.shape[0], -1)  # (batch, guesses)
+        flat, shape = pack([confidence], "batch *")  # (batch, guesses): any axes after the batch's as one
+        columns = bin_of(flat)
         hits, tries = self.record_of_rows()
         judged = self.judged.sum().expand_as(self.judged) if self.together else self.judged
         scale = (hits.sum(1) + 1) / (judged + 1)  # (batch,): accepted over expected, one sure hit as the prior
-        prior = (confidence * scale.reshape(-1, *[1] * (confidence.dim() - 1))).clamp(max=1)
-        hits = hits.gather(1, columns).reshape(confidence.shape)
-        tries = tries.gather(1, columns).reshape(confidence.shape)
-        return (hits + PRIOR * prior) / (tries + PRIOR)
+        prior = (flat * scale[:, None]).clamp(max=1)
+        chance = (hits.gather(1, columns) + PRIOR * prior) / (tries.gather(1, columns) + PRIOR)
+        return unpack(chance, shape, "batch *")[0]
 
     def acceptance(self) -> Float[Tensor, " batch"]:
         """The row's acceptance rate so far (`PRIOR` guesses at the prior `acceptance`; with the batch rule, the rows'
@@ -516,8 +517,7 @@ class DraftLength:
         rows' pooled, the same for every row."""
         if not self.together:
             return self.hits, self.tries
-        pooled = (self.hits.sum(0, keepdim=True).expand_as(self.hits), self.tries.sum(0, keepdim=True))
-        return pooled[0], pooled[1].expand_as(self.tries)
+        return pooled(self.hits), pooled(self.tries)
 
     def record(
         self,
@@ -608,6 +608,11 @@ def rule_choice(name: str, length: DraftLength, steps: list[Step]) -> Choice:
     )
     fix = f"{name}(draft, num_draft_tokens=k) drafts k guesses every step"
     return drafting_choice(name, length, steps, guesses="guesses", pays=pays, fix=fix)
+
+
+def pooled(record: Float[Tensor, "batch column"]) -> Float[Tensor, "batch column"]:
+    """Every row's record summed over the rows, given to every row (the batch rule's shared records)."""
+    return repeat(reduce(record, "batch column -> column", "sum"), "column -> batch column", batch=record.shape[0])
 
 
 def expected_tokens(survive: Float[Tensor, "batch guesses"]) -> Float[Tensor, "batch options"]:

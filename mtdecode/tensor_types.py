@@ -14,6 +14,15 @@ same everywhere, so a reader can follow a tensor from one function to the next:
 | `prefix` | committed tokens already in the KV cache |
 | `vocab` | the vocabulary |
 | `kept` | entries a cache compaction keeps |
+| `candidate`, `length` | lookahead's verification branch: G candidate n-grams of N - 1 tokens |
+| `beam` | MTAD's beams (W of them) |
+| `frontier`, `node` | EAGLE's tree: the newest depth's W nodes, all nodes |
+| `heads`, `dim` | a KV cache layer's attention heads and their width |
+
+Where a tensor's axes are split, merged, reordered or broadcast, the code says so with
+[einops](https://einops.rocks/) and these names, e.g. `rearrange(logits, "batch (candidate length)
+vocab -> batch candidate length vocab", candidate=G)`: the pattern is the shape contract a
+comment would otherwise state, and einops checks it.
 
 Type checking is off at import (it costs time on every call). It is on in the test
 suite through jaxtyping's pytest plugin, and can be switched on for any program by

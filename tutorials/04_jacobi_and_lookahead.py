@@ -27,6 +27,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # no widget li
 
 import matplotlib.pyplot as plt
 import torch
+from einops import rearrange
 from transformers.utils import logging
 
 import mtdecode
@@ -122,6 +123,20 @@ plt.show()
 # %%
 figures.lookahead_mask(3, 3, 2, figures.prefix_names(2)).plot()
 plt.show()
+
+# %% [markdown]
+# The forward takes one sequence per row, so the G candidates of N - 1 tokens go in one after another, and the
+# logits that come out are cut back into candidates. `einops` says both moves with the axes' names (the same
+# names as the library's shape annotations, `candidate length`), where a bare `reshape` would need a comment:
+
+# %%
+candidates = torch.tensor([[11, 12], [21, 22]])  # G = 2 candidates of N - 1 = 2 tokens
+fed = rearrange(candidates, "candidate length -> (candidate length)")  # the order they enter the forward
+print("fed:", fed.tolist())
+logits = torch.randn(4, 5)  # one row of scores over a 5-token vocabulary per fed token
+after = rearrange(logits, "(candidate length) vocab -> candidate length vocab", candidate=2)
+print("back to candidates:", tuple(after.shape), "; candidate 1's second token's scores are row 3:",
+      torch.equal(after[1, 1], logits[3]))  # fmt: skip
 
 # %% [markdown]
 # Here is the step of our run drawn above, now with its verification branch: the pool's n-grams keyed by x0,

@@ -32,6 +32,7 @@ import math
 
 import matplotlib.pyplot as plt
 import torch
+from einops import rearrange, reduce
 
 import mtdecode
 from mtdecode import Sampler, course, oracle
@@ -132,6 +133,18 @@ picks = choose(scores.expand(runs, -1), 2, False, RowRandom(range(runs)), torch.
 first = torch.bincount(picks[:, 0], minlength=6) / runs
 print("first pick, drawn:", first.numpy().round(3))
 print("exp(score) / sum: ", torch.softmax(scores, 0).numpy().round(3))
+
+# %% [markdown]
+# The options are laid out as MTAD lays them out: $W$ beams times $V$ tokens, flattened into one row of
+# $W \cdot V$ pairs so that one draw picks a beam and a token together; the pick's index is then split back
+# into the pair. With `einops` the flattening names its axes, as `mtdecode/strategies/mtad.py` does:
+
+# %%
+beam_weights = torch.tensor([-0.2, -1.0])  # W = 2 beams: log q of each so far
+next_log_q = torch.log_softmax(torch.tensor([[2.0, 0.5, 0.1], [0.3, 1.5, 0.2]]), dim=-1)  # V = 3 next tokens each
+pairs = rearrange(beam_weights[:, None] + next_log_q, "beam token -> (beam token)")  # 6 options, beam-major
+pick = int(pairs.argmax())
+print(f"best pair: index {pick} -> beam {pick // 3}, token {pick % 3}")
 
 # %% [markdown]
 # The block MTAD proposes is the **heaviest** of the $W$ beams. Keeping the heaviest of several draws favours
@@ -319,8 +332,8 @@ print(old)
 
 # %%
 def first_token(law):
-    """The law of y_1 from a law over blocks."""
-    return law.reshape(V, -1).sum(1)
+    """The law of y_1 from a law over blocks (blocks in order, the first token's index the slowest)."""
+    return reduce(law, "(first rest) -> first", "sum", first=V)
 
 
 draft_law = oracle.token_by_token_joint(draft, prompt, k, sampler)

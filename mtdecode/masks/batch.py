@@ -15,6 +15,7 @@ for every row or one per row; `place` turns it into each row's full mask:
 """
 
 import torch
+from einops import rearrange
 
 from mtdecode.tensor_types import Bool, Tensor
 
@@ -45,8 +46,9 @@ def place(
         raise ValueError(
             f"sees covers {sees.shape[-1]} columns; expected pending + new = {columns - committed} + {num_new}"
         )
-    visible = torch.cat([valid, real], dim=1)[:, None, :]  # (batch, 1, columns + new): holes and padding hidden
+    visible = rearrange(torch.cat([valid, real], dim=1), "batch key -> batch 1 key")  # holes and padding hidden
     prefix = torch.ones(batch, num_new, committed, dtype=torch.bool, device=real.device)  # (batch, new, committed)
-    mask = torch.cat([prefix, sees.expand(batch, -1, -1)], dim=2) & visible  # (batch, new, columns + new)
+    shared = sees.expand(batch, -1, -1)  # `sees` is (new, seen) for every row or (batch, new, seen): expand takes both
+    mask = torch.cat([prefix, shared], dim=2) & visible  # (batch, new, columns + new)
     mask[:, :, columns:] |= torch.eye(num_new, dtype=torch.bool, device=real.device)  # each token sees itself
     return mask

@@ -14,6 +14,7 @@ the structure after each row's own (`docs/concepts/masks.md`, "Batches").
 from collections.abc import Sequence
 
 import torch
+from einops import repeat
 
 from mtdecode.tensor_types import Bool, Int, Tensor
 
@@ -68,7 +69,8 @@ def tree(
     batch, num_new = parents.shape
     _check_sizes(num_new, prefix)
     # Row i of `among_new` is row parents[i] plus the diagonal: ancestors accumulate down the tree.
-    among_new = torch.eye(num_new, dtype=torch.bool, device=parents.device).repeat(batch, 1, 1)  # (batch, query, new)
+    eye = torch.eye(num_new, dtype=torch.bool, device=parents.device)
+    among_new = repeat(eye, "query new -> batch query new", batch=batch).clone()  # a copy: its rows are written
     rows = torch.arange(batch, device=parents.device)
     for i in range(num_new):
         has_parent = parents[:, i] >= 0

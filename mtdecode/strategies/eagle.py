@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+from einops import rearrange, repeat
 
 from mtdecode import masks, tuning
 from mtdecode.copying import CopyRecord, lookup
@@ -371,7 +372,7 @@ def grow_tree(
     value, index = q.topk(width, dim=1)  # depth 1: (batch, W)
     tokens = model.head_token_ids[index]
     parent = torch.full((batch, width), -1, dtype=torch.long, device=device)
-    fed = root[:, None].expand(batch, width, -1)  # the feature each frontier node is fed with
+    fed = repeat(root, "batch hidden -> batch frontier hidden", frontier=width)  # what each frontier node is fed
     levels = [(tokens, parent, value, value)]
     chance = None if size is None else size.calibrated(value)  # (batch, W): P(accepted), depth 1
     chances = [chance]
@@ -391,17 +392,18 @@ def grow_tree(
             limit = torch.where((limit == depth) & ~pays, d - 1, limit)
             if not bool((limit == depth).any()):
                 break
-        new_entries = entries.shape[1] + torch.arange(width, device=device).expand(batch, -1)
+        frontier = repeat(torch.arange(width, device=device), "frontier -> batch frontier", batch=batch)
+        new_entries = entries.shape[1] + frontier  # the head's entries for this depth's nodes
         entries = torch.cat([entries, frontier_entry], dim=1)
         sees = masks.tree(entries)[:, -width:]  # (batch, W, pending + W)
         offsets = masks.tree_positions(entries)[:, -width:]  # depth - 2 below the committed entries
         predicted = head.step(fed, tokens, offsets, sees)  # (batch, W, hidden): each frontier node's next feature
         with torch.no_grad():
             q = torch.softmax(model.logits(predicted).double(), dim=-1)  # (batch, W, head tokens)
-        scores = (value[:, :, None] * q).flatten(1)  # (batch, W x head tokens)
+        scores = rearrange(value[:, :, None] * q, "batch frontier token -> batch (frontier token)")  # path values
         value, pick = scores.topk(width, dim=1)
-        confidence = q.flatten(1).gather(1, pick)
-        chosen, index = pick // q.shape[-1], pick % q.shape[-1]  # the parent among the frontier, the token
+        confidence = rearrange(q, "batch frontier token -> batch (frontier token)").gather(1, pick)
+        chosen, index = pick // q.shape[-1], pick % q.shape[-1]  # (frontier token) undone: the parent, the token
         tokens = model.head_token_ids[index]
         parent = (d - 2) * width + chosen  # node index of the parent (depth d - 1 starts at (d - 2) W)
         fed = predicted[rows, chosen]
@@ -541,7 +543,8 @@ def verify_tree(
     batch, device = s.batch, s.device
     rows = torch.arange(batch, device=device)[:, None]
     n = chosen.shape[1]
-    slot = torch.full_like(tree.parent, -1).scatter_(1, chosen, torch.arange(n, device=device).expand(batch, -1))
+    kept = repeat(torch.arange(n, device=device), "n -> batch n", batch=batch)
+    slot = torch.full_like(tree.parent, -1).scatter_(1, chosen, kept)  # each node's place among the kept, or -1
     parent_node = tree.parent.gather(1, chosen)
     parent = torch.where(parent_node >= 0, slot.gather(1, parent_node.clamp(min=0)), -1)  # (batch, n): among kept
     tokens = tree.tokens.gather(1, chosen)
@@ -559,7 +562,7 @@ def verify_tree(
     child = (parent[:, :, None] == torch.arange(n, device=device)) & valid[:, :, None]  # (batch, child, node)
     leaf = valid & ~child.any(1)  # (batch, n): no valid child
     paths = torch.full((batch, n, longest + 1), -1, dtype=torch.long, device=device)  # a spare last column
-    node = torch.arange(n, device=device).expand(batch, -1)
+    node = repeat(torch.arange(n, device=device), "n -> batch n", batch=batch)
     level = depth.clone()
     for _ in range(longest):
         live = node >= 0
@@ -588,8 +591,9 @@ def commit(s: Session, verdict: Verdict, path: Int[Tensor, "batch depth"], n: In
 def plain_token(s: Session, logits: Float[Tensor, "batch vocab"]) -> Int[Tensor, "batch 1"]:
     """The first step's token: the target's own (its argmax when greedy), drawn by the shared rule with no
     candidates, so the random streams are used as every strategy's first step uses them."""
-    none = torch.empty(s.batch, 0, 0, dtype=torch.long, device=s.device)
-    return verify_logits(s.sampler, logits, logits[:, None, None, :][:, :0, :0], none, s.random, s.active).tokens
+    none = torch.empty(s.batch, 0, 0, dtype=torch.long, device=s.device)  # (batch, candidate, length): no candidate
+    after = logits.new_empty(s.batch, 0, 0, logits.shape[-1])  # and no logits after one
+    return verify_logits(s.sampler, logits, after, none, s.random, s.active).tokens
 
 
 __all__ = ["Eagle", "Tree", "grow_tree", "tree_size", "verify_tree"]

@@ -40,6 +40,7 @@ from mtdecode.drafting import (
     check_counts,
     drafting_choice,
     expected_tokens,
+    pooled,
 )
 from mtdecode.session import Choice, Session, Step
 from mtdecode.tensor_types import Float, Int, Tensor
@@ -105,7 +106,7 @@ class PlaceRecord:
         """E(0..width): the tokens a step is expected to commit when it verifies the first k guesses, k = 0..width."""
         hits, tries = self.hits[:, :width], self.tries[:, :width]
         if self.pooled:
-            hits, tries = hits.sum(0, keepdim=True).expand_as(hits), tries.sum(0, keepdim=True).expand_as(tries)
+            hits, tries = pooled(hits), pooled(tries)
         return expected_tokens(((hits + 1) / (tries + 2)).cumprod(1))  # from pi_i: guesses 1..i all accepted
 
     def add(self, verified: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:

@@ -52,6 +52,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
+from einops import rearrange, repeat
 
 from mtdecode import tuning
 from mtdecode.copying import prompt_tokens
@@ -282,7 +283,8 @@ def lookahead_step(
     context, pad = left_pad(s.unread(s.target), s.device)  # (batch, u): [.., x0], shorter rows padded on the left
     count, length = candidates.shape[1:] if candidates.shape[2] else (0, 0)
     layout = LookaheadLayout(context.shape[1], len(window.rows), window.columns, count, length)
-    ids = torch.cat([context, *window.rows, candidates[:, :count].clamp(min=0).flatten(1)], dim=1)
+    laid_out = rearrange(candidates[:, :count].clamp(min=0), "batch candidate length -> batch (candidate length)")
+    ids = torch.cat([context, *window.rows, laid_out], dim=1)  # the input order of `LookaheadLayout`
     last_row = layout.row(layout.rows - 1)  # starts with x0 when the window is one row deep (N = 2)
     after_x0 = [] if layout.rows == 1 else [layout.cell(0, 0)]  # the output layer reads x0 once
     candidate_rows = [layout.candidate(c, k) for c in range(count) for k in range(length)]
@@ -305,14 +307,15 @@ def verify_and_keep(
     candidate_logits: Float[Tensor, "batch rows vocab"],
 ) -> tuple[list[Step], Verdict]:
     """Section 3.3: verify the candidates, keep the cache entries of the context and the accepted tokens."""
-    batch, vocab = x0_logits.shape
-    after = candidate_logits.reshape(batch, layout.candidates, layout.length, vocab)
+    batch = x0_logits.shape[0]
+    after = rearrange(candidate_logits, "batch (candidate length) vocab -> batch candidate length vocab",
+                      candidate=layout.candidates, length=layout.length)  # fmt: skip
     verdict = verify_logits(s.sampler, x0_logits, after, candidates, s.random, s.active)
     # the context's entries, then the winning candidate's accepted tokens; the window and the other candidates go
     k = torch.arange(layout.length, device=s.device)
     chosen = layout.candidate_start + verdict.candidate.clamp(min=0)[:, None] * layout.length + k  # (batch, length)
     accepted = torch.where(k < verdict.accepted[:, None], chosen, -1)
-    context = torch.arange(layout.context, device=s.device).expand(batch, -1)
+    context = repeat(torch.arange(layout.context, device=s.device), "context -> batch context", batch=batch)
     s.target.cache.keep(torch.cat([context, accepted], dim=1))
     drafted = (candidates[:, 0] >= 0).sum(1) if layout.candidates else 0
     return s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted), verdict

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+from einops import rearrange, reduce, repeat
 from transformers import PreTrainedModel
 
 from mtdecode import masks, tuning
@@ -143,8 +144,9 @@ def beam_draft(
     q = judged(s.sampler, draft.extend(s.unread(draft), logits_to_keep=1)[:, -1])  # (batch, vocab)
     draft.cache.commit()  # the unread tokens are committed tokens
     picks = choose(q.log(), width, s.sampler.greedy, s.random, s.active & (k > 0))  # depth 1: (batch, W)
-    tokens = picks[:, :, None]  # (batch, W, depth so far)
-    log_q = q.log().gather(1, picks.clamp(min=0))[:, :, None].masked_fill(picks[:, :, None] < 0, -torch.inf)
+    tokens = rearrange(picks, "batch beam -> batch beam 1")  # (batch, beam, depth so far)
+    first = q.log().gather(1, picks.clamp(min=0)).masked_fill(picks < 0, -torch.inf)  # (batch, beam)
+    log_q = rearrange(first, "batch beam -> batch beam 1")
     nodes = torch.empty(batch, width, 0, dtype=torch.long, device=s.device)  # tree nodes of the fed tokens
     parents = torch.empty(batch, 0, dtype=torch.long, device=s.device)  # the draft's token tree, in feeding order
     for d in range(1, depth + 1):
@@ -161,15 +163,17 @@ def beam_draft(
         # feed each beam's newest token as a child of its previous node
         beams = tokens.shape[1]  # W, or fewer while W exceeds the options
         previous = nodes[:, :, -1] if nodes.shape[2] else torch.full((batch, beams), -1, device=s.device)
-        new_nodes = parents.shape[1] + torch.arange(beams, device=s.device).expand(batch, -1)  # (batch, W)
+        new_nodes = parents.shape[1] + repeat(torch.arange(beams, device=s.device), "beam -> batch beam", batch=batch)
         parents = torch.cat([parents, previous], dim=1)
         sees = masks.tree(parents)[:, -beams:]  # (batch, W, pending + W)
         offsets = masks.tree_positions(parents)[:, -beams:]  # (batch, W): depth d - 1 below the committed tokens
         q = judged(s.sampler, draft.forward(tokens[:, :, -1].clamp(min=0), offsets, sees))  # (batch, W, vocab)
         # score every (beam, token) pair by beam weight x q(token | beam); keep W pairs
-        scores = (log_q.sum(2)[:, :, None] + q.log()).flatten(1)  # (batch, W * vocab)
+        weight = reduce(log_q, "batch beam depth -> batch beam 1", "sum")  # each beam's log q so far
+        scores = rearrange(weight + q.log(), "batch beam vocab -> batch (beam vocab)")
         picks = choose(scores, width, s.sampler.greedy, s.random, s.active & (k > d))  # (batch, W)
-        beam, token = picks.clamp(min=0).div(q.shape[-1], rounding_mode="floor"), picks.clamp(min=0) % q.shape[-1]
+        pair = picks.clamp(min=0)
+        beam, token = pair.div(q.shape[-1], rounding_mode="floor"), pair % q.shape[-1]  # (beam vocab) undone
         beam_rows = rows[:, None]
         token_log_q = q[beam_rows, beam, token].log().masked_fill(picks < 0, -torch.inf)
         tokens = torch.cat([tokens[beam_rows, beam], torch.where(picks < 0, -1, token)[:, :, None]], dim=2)
