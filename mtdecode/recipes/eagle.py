@@ -19,7 +19,9 @@ gained 0.5 points over the top feature under the same loss, within a pilot's noi
 loss did best; the fusion would cost a 3H -> H product for every committed token and three
 hidden states from every verifying forward. So the head stays EAGLE-1. It keeps one decoder
 layer: in the same pilot a second layer gave 44.6% against 43.7%, for a second layer's forward
-in every head forward.
+in every head forward. A second pilot tried training-time test (`unrolled_loss`) and HASS's top-K
+distillation (`distill_loss`) at the same scale: neither beat EAGLE-1's first guess, though
+training-time test made deeper guesses likelier once the first was right (docs/strategies/eagle.md).
 
 The recipe, resumable at every stage:
 
