@@ -110,23 +110,13 @@ def test_an_unrolled_draft_sees_what_a_real_draft_sees():
     entry see the target's entries past its chain's start (`depth_mask` with `tril` shifted by one) fails it."""
     from mtdecode.recipes import eagle as recipe
 
-    model = tiny_model("llama", vocab_size=VOCAB, hidden=HIDDEN, dtype=torch.float64, seed=2)
-    torch.manual_seed(0)
-    head = EagleHead(
-        model.config, model.get_input_embeddings().weight, model.get_output_embeddings().weight, torch.arange(VOCAB)
-    ).double()
-    features, tokens = target_batch(model, batch=2, seq=9, seed=3)
-    features = features.double()
+    head, features, tokens = float64_head_and_text(batch=2, seq=9)
     depths = 3
     predicted = recipe.unrolled(head, features, tokens, depths)
     torch.testing.assert_close(predicted[0], head(features[:, :-1], tokens[:, 1:], torch.arange(8).expand(2, -1)))
     for t in (0, 3, 5):
-        drafted = [predicted[d][:, t : t + 1] for d in range(depths - 1)]  # f'_{t+1}, f'_{t+2}
         for d in range(2, depths + 1):
-            inputs = torch.cat([features[:, : t + 1], *drafted[: d - 1]], dim=1)  # real f_0..f_t, then the chain's
-            fed = tokens[:, 1 : t + d + 1]  # x_1..x_{t+d}
-            alone = head(inputs, fed, torch.arange(t + d).expand(2, -1))[:, -1]
-            torch.testing.assert_close(predicted[d - 1][:, t], alone)
+            torch.testing.assert_close(predicted[d - 1][:, t], real_draft(head, features, tokens, predicted, t, d))
     # the loss of every depth is a number that training can lower, and top-K keeps fewer tokens than the whole
     assert recipe.unrolled_loss(head, features, tokens, depths).requires_grad
     p = torch.softmax(head.logits(features[:, 1:]).double(), dim=-1)
@@ -148,15 +138,26 @@ def test_a_wrong_depth_mask_is_caught(monkeypatch):
         return mask
 
     monkeypatch.setattr(recipe, "depth_mask", leaky)
+    head, features, tokens = float64_head_and_text(batch=1, seq=6)
+    predicted = recipe.unrolled(head, features, tokens, 2)
+    assert not torch.allclose(predicted[1][:, 2], real_draft(head, features, tokens, predicted, 2, 2))
+
+
+def float64_head_and_text(batch: int, seq: int):
+    """A head in float64 for the tiny target (seeded), and the target's features and tokens along its own text."""
     model = tiny_model("llama", vocab_size=VOCAB, hidden=HIDDEN, dtype=torch.float64, seed=2)
     torch.manual_seed(0)
     head = EagleHead(
         model.config, model.get_input_embeddings().weight, model.get_output_embeddings().weight, torch.arange(VOCAB)
     ).double()
-    features, tokens = target_batch(model, batch=1, seq=6, seed=3)
-    features = features.double()
-    predicted = recipe.unrolled(head, features, tokens, 2)
-    t = 2
-    inputs = torch.cat([features[:, : t + 1], predicted[0][:, t : t + 1]], dim=1)
-    alone = head(inputs, tokens[:, 1 : t + 3], torch.arange(t + 2)[None])[:, -1]
-    assert not torch.allclose(predicted[1][:, t], alone)
+    features, tokens = target_batch(model, batch=batch, seq=seq, seed=3)
+    return head, features.double(), tokens
+
+
+def real_draft(head, features, tokens, predicted, t: int, d: int):
+    """What a real draft predicts at depth d of the chain from position t: the head's own causal forward over the
+    target's entries up to t, then the chain's entries fed its predicted features f'_{t+1}..f'_{t+d-1}."""
+    drafted = [predicted[k][:, t : t + 1] for k in range(d - 1)]
+    inputs = torch.cat([features[:, : t + 1], *drafted], dim=1)  # real f_0..f_t, then the chain's
+    fed = tokens[:, 1 : t + d + 1]  # x_1..x_{t+d}
+    return head(inputs, fed, torch.arange(t + d).expand(len(tokens), -1))[:, -1]

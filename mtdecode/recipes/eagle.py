@@ -54,6 +54,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from einops import repeat
 
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.zoo.eagle import EagleHead
@@ -150,9 +151,9 @@ def unrolled(
         places.append(start + d - 1)
         if d > 1:
             inputs.append(predicted[-1])
-        mask = depth_mask(chains, d, device)[None, None].expand(batch, 1, -1, -1)
-        positions = torch.cat(places).expand(batch, -1)
-        out = head._predict(torch.cat(inputs, dim=1), torch.cat(fed, dim=1), positions, mask, None)
+        mask = repeat(depth_mask(chains, d, device), "query key -> batch 1 query key", batch=batch)
+        positions = repeat(torch.cat(places), "entry -> batch entry", batch=batch)
+        out = head(torch.cat(inputs, dim=1), torch.cat(fed, dim=1), positions, mask)
         predicted.append(out[:, -chains:])  # the earlier depths' entries come out as before (they never see later)
     return predicted
 

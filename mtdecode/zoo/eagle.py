@@ -73,12 +73,14 @@ class EagleHead(nn.Module):
         features: Float[Tensor, "batch seq hidden"],
         next_tokens: Int[Tensor, "batch seq"],
         positions: Int[Tensor, "batch seq"],
+        mask: Bool[Tensor, "batch 1 seq seq"] | None = None,
     ) -> Float[Tensor, "batch seq hidden"]:
         """Steps 1-3 over a whole sequence at once (training): f'_{t+1} for every t, each seeing the positions up
-        to its own."""
-        seq = features.shape[1]
-        causal = torch.ones(seq, seq, dtype=torch.bool, device=features.device).tril()[None, None]
-        return self._predict(features, next_tokens, positions, causal, None)
+        to its own, or what `mask` allows (training-time test lays several draft depths out in one sequence)."""
+        if mask is None:
+            seq = features.shape[1]
+            mask = torch.ones(seq, seq, dtype=torch.bool, device=features.device).tril()[None, None]
+        return self._predict(features, next_tokens, positions, mask, None)
 
     def step(
         self,
