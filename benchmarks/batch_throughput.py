@@ -13,7 +13,7 @@ tokens per row forward, rows identical to batched greedy's, what the strategy ch
 (`result.stats.choices`), and, where a strategy lands below 0.97x, the measurement that limits it.
 
     python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 2 4 8 16 32]
-                                          [--sets mixed code] [--json build/batch.json]
+                                          [--sets mixed code] [--strategies eagle ...] [--json build/batch.json]
 """
 
 import argparse
@@ -84,11 +84,12 @@ def race(runners: dict, rounds: int, label: str) -> dict:
     return totals
 
 
-def strategies(draft) -> dict:
-    """Every strategy of the registry with its defaults (batched greedy is the baseline)."""
+def strategies(draft, only: list[str] | None = None) -> dict:
+    """Every strategy of the registry (or those named in `only`) with its defaults (batched greedy is the
+    baseline)."""
     made = {}
     for name, cls in REGISTRY.items():
-        if name != "autoregressive":
+        if name != "autoregressive" and (only is None or name in only):
             made[name] = cls(draft=draft) if needs_draft(cls) else cls()
     return made
 
@@ -120,6 +121,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--sets", nargs="+", choices=["mixed", "code"], default=["mixed", "code"])
+    choices = [name for name in REGISTRY if name != "autoregressive"]
+    parser.add_argument("--strategies", nargs="+", choices=choices, help="race only these (default: every one)")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
 
@@ -127,7 +130,7 @@ def main() -> None:
     draft = mtdecode.load_model(mtdecode.DRAFT_MODEL)
     eos = tokenizer.eos_token_id
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.new_tokens} new tokens per row")
-    made = strategies(draft)
+    made = strategies(draft, args.strategies)
     print("measuring t(B, n) where it is not kept yet ...", flush=True)
     for batch in args.batches:  # measured before any race (and kept on disk), so no race pays for it
         tuning.batch_draft_costs(model, draft, batch), tuning.batch_draft_costs(model, None, batch)

@@ -107,14 +107,20 @@ class DraftCosts:
     - `draft`: c, one draft forward (over one token per row); 0 for guesses that cost nothing to make
       (copied from the text, as in prompt lookup).
     - `target`: t(1), t(2), ...: a target forward over 1, 2, ... tokens (so `target[0]` is 1).
+    - `overhead`: o, what a step that verifies guesses spends besides its forwards beyond what a plain step spends
+      (verifying, rolling the caches back, the rule itself); 0 by default. `mtdecode.tuning` sets it for one row
+      (`tuning.BOOKKEEPING`); for a batch the rule's margin holds it instead (`BatchCosts.margin`).
     """
 
     draft: float | int
     target: Sequence[float | int]
+    overhead: float | int = 0.0
 
     def __post_init__(self) -> None:
         if not self.draft >= 0 or len(self.target) < 2 or any(not t > 0 for t in self.target):
             raise ValueError(f"costs must be positive (c may be 0), with t(1) and t(2) at least, got {self}")
+        if not self.overhead >= 0:
+            raise ValueError(f"overhead must be >= 0, got {self.overhead}")
 
     def t(self, tokens: int) -> float:
         """t(tokens); past the last measured size the last step is continued."""
@@ -124,8 +130,8 @@ class DraftCosts:
         return self.target[-1] + step * (tokens - len(self.target))
 
     def step(self, guesses: int) -> float:
-        """T(k) = t(k + 1) + k c."""
-        return self.t(guesses + 1) + guesses * self.draft
+        """T(k) = t(k + 1) + k c, and + o for k > 0."""
+        return self.t(guesses + 1) + guesses * self.draft + (self.overhead if guesses > 0 else 0.0)
 
 
 @dataclass(frozen=True)
@@ -167,7 +173,8 @@ class BatchCosts:
         low, high, weight = self.by_rows[below], self.by_rows[above], (rows - below) / (above - below)
         width = max(len(low.target), len(high.target))
         target = [low.t(n) + (high.t(n) - low.t(n)) * weight for n in range(1, width + 1)]
-        return DraftCosts(max(0.0, low.draft + (high.draft - low.draft) * weight), target)
+        overhead = low.overhead + (high.overhead - low.overhead) * weight
+        return DraftCosts(max(0.0, low.draft + (high.draft - low.draft) * weight), target, max(0.0, overhead))
 
 
 class DraftLength:
@@ -186,6 +193,9 @@ class DraftLength:
       acceptance (worth `PRIOR` guesses): 1/2 by default; `Speculative` and `MTAD` pass their draft's, measured
       once per host (`mtdecode.tuning.draft_acceptance`), so that a draft that is seldom right is not tried
       and one that is often right drafts from the first step.
+    - `wait_first`: with the batch rule, start as a batch that has rested its patience, so that its first drafting
+      step is a try that `batch_may_try` weighs with the catch-up it needs (`idle`'s `reading`): for a draft whose
+      first guess costs work the rule cannot weigh before it is done (`Eagle`'s head reading the prompts' features).
     """
 
     def __init__(
@@ -195,6 +205,7 @@ class DraftLength:
         device: torch.device,
         remaining: Callable[[], Int[Tensor, " batch"]] | None = None,
         acceptance: float = 0.5,
+        wait_first: bool = False,
     ) -> None:
         if not 0 <= acceptance <= 1:
             raise ValueError(f"acceptance must be a chance in [0, 1], got {acceptance}")
@@ -217,7 +228,7 @@ class DraftLength:
         # row steps that could have drafted but drafted nothing because no guess paid (for `Stats.choices`)
         self.declined = torch.zeros((), dtype=torch.long, device=device)
         # the batch rule's own record: its steps without drafting and its patience (the rows' move in step with them)
-        self.batch_rested, self.batch_patience = 0, PATIENCE
+        self.batch_rested, self.batch_patience = (PATIENCE if wait_first else 0), PATIENCE
         self.playing = torch.ones(batch, dtype=torch.bool, device=device)  # the rows that take part in this step
         self.start()
 
@@ -297,7 +308,7 @@ class DraftLength:
         """(rule) for guess i + 1, i the guesses drafted so far; with the batch rule, (batch rule) over the rows
         still drafting, the same answer for every row."""
         i = len(self.confidences)
-        added = self.costs.draft + self.costs.t(i + 2) - self.costs.t(i + 1)
+        added = self.costs.step(i + 1) - self.costs.step(i)  # c + t(i + 2) - t(i + 1), and o for the first guess
         a = self.acceptance() if self.upcoming is None else self.upcoming.to(self.survive)
         if self.together:  # (batch rule): the batch's finish with guess i + 1 against without it
             added += self.setup if i == 0 else 0.0
@@ -373,13 +384,15 @@ class DraftLength:
         expected: Float[Tensor, "batch options"],
         available: Int[Tensor, " batch"],
         cost: Float[Tensor, " options"] | None = None,
+        extra: float = 0.0,
     ) -> int:
         """With the batch rule: the width w with which the batch would end soonest (`finish` over the rows in play),
-        row b verifying min(w, `available[b]`) guesses worth `expected[b]` E(0..width); 0 unless w ends it sooner
-        than none by the margin."""
+        row b verifying min(w, `available[b]`) guesses worth `expected[b]` E(0..width), a step with guesses costing
+        `extra` more than its verification; 0 unless w ends it sooner than none by the margin."""
         width = expected.shape[1] - 1
         device = expected.device
         cost = self.step_costs(range(width + 1)).to(device) if cost is None else cost
+        cost = cost + torch.where(torch.arange(width + 1, device=device) > 0, extra, 0.0).to(cost)
         widths = torch.arange(width + 1, device=device)
         upto = torch.minimum(widths, available.to(device).clamp(max=width)[:, None])  # (batch, options)
         ends = self.finish(expected.double().gather(1, upto), cost)  # (options,)
@@ -387,16 +400,24 @@ class DraftLength:
         return best if ends[best] < ends[0] * (1 - self.margin) else 0
 
     def idle(
-        self, expected: Float[Tensor, "batch options"] | None = None, available: Int[Tensor, " batch"] | None = None
+        self,
+        expected: Float[Tensor, "batch options"] | None = None,
+        available: Int[Tensor, " batch"] | None = None,
+        reading: float = 0.0,
+        extra: float = 0.0,
     ) -> bool:
         """With the batch rule: whether the batch should rest this step, drafting nothing and skipping the work that
         drafting needs before the rule can weigh its guesses (`Eagle`'s head reading the target's features and
-        scoring its first depth): its last step verified no guess, it is not due to try one (`batch_may_try`), and
-        no guess whose chances are known before drafting (`expected`, E(0..width) per row, of `available`
-        guesses, such as a copy) would pay on its own. Call `rest` for such a step."""
-        if not self.together or self.batch_rested == 0 or self.batch_may_try():
+        scoring its first depth, which costs `extra` every step it drafts, and first `reading`, its catch-up on
+        what it has not read): its last step verified no guess (or it waits first, `wait_first`), it is not due to
+        try one (`batch_may_try`, whose try pays for the catch-up), and no guess whose chances are known before
+        drafting (`expected`, E(0..width) per row, of `available` guesses, such as a copy) would pay on its own,
+        with that work. Call `rest` for such a step."""
+        if not self.together or self.batch_rested == 0 or self.batch_may_try(reading, extra):
             return False
-        return expected is None or available is None or self.batch_width(expected, available) == 0
+        if expected is None or available is None:
+            return True
+        return self.batch_width(expected, available, extra=extra + reading) == 0
 
     def rest(self, possible: Bool[Tensor, " batch"]) -> None:
         """Record a step in which the batch drafted nothing without drafting at all (`idle`): the `possible` rows
@@ -406,17 +427,20 @@ class DraftLength:
         self.declined += possible.sum().to(self.declined)
         self.record(none, none)
 
-    def batch_may_try(self) -> bool:
+    def batch_may_try(self, reading: float | None = None, extra: float = 0.0) -> bool:
         """Whether a batch that drafts nothing should try one guess in every row: it has rested `PATIENCE` steps
         (more after tries that did not pay), and a first guess could still pay at an optimistic acceptance, the
         rows' pooled rate plus one standard error, at most 1 (a try teaches the rule about every row at once, so
         after one or two tries that did not pay, a batch whose guesses cannot pay stops trying; where one more token
         per row costs nearly a step, not even a guess that is always accepted pays, and the batch never tries). A try
         also pays for the draft's whole catch-up (the prompt, if the batch never drafted): a guess the draft's
-        measured acceptance says will not pay is not worth reading the prompts again to learn about."""
+        measured acceptance says will not pay is not worth reading the prompts again to learn about. `reading`: that
+        catch-up, where the caller weighs it (default: the one `start` weighed); `extra`: any other work a step with
+        a guess needs (`idle`)."""
         if self.batch_rested < self.batch_patience or not self.left_for_try(self.batch_patience).any():
             return False
-        added = self.costs.draft + self.costs.t(2) - self.costs.t(1) + self.reading
+        reading = self.reading if reading is None else reading
+        added = self.costs.step(1) - self.costs.step(0) + reading + extra
         return bool(self.optimistic()[0] * self.costs.step(0) * (1 - self.margin) > added)
 
     def optimistic(self) -> Float[Tensor, " batch"]:
@@ -429,7 +453,7 @@ class DraftLength:
         """The one-row rule's tries: the rows that rested `PATIENCE` steps (more after tries that were rejected), with
         enough of their budget left to use what a try teaches (`left_for_try`), whose first guess could pay at their
         `optimistic` acceptance, with the whole catch-up (as in `batch_may_try`)."""
-        added = self.costs.draft + self.costs.t(2) - self.costs.t(1) + self.reading
+        added = self.costs.step(1) - self.costs.step(0) + self.reading
         hopeful = self.optimistic() * self.costs.step(0) > added  # as `batch_may_try`, row by row
         return (self.rested >= self.patience) & self.left_for_try(self.patience) & hopeful
 
@@ -483,9 +507,11 @@ class DraftLength:
         return cost.to(expected) * steps.max(0).values
 
     def rate(self) -> Float[Tensor, " batch"]:
-        """Each row's tokens per unit of cost over its recorded steps (1 before any); the one-row rule's r (the
-        batch rule weighs the batch's end instead, `finish`)."""
-        return self.gained / self.spent
+        """Each row's tokens per unit of cost over its recorded steps (1 before any), never below 1: the one-row
+        rule's r (the batch rule weighs the batch's end instead, `finish`). Plain steps alone make a token per
+        t(1) = 1, so the best rate a row can reach, which Dinkelbach's rule weighs a step against, is at least 1: a row
+        whose guesses have so far cost more than they gained must not lower its bar for more of them."""
+        return (self.gained / self.spent).clamp(min=1.0)
 
     def step_costs(self, guesses: Sequence[int]) -> Float[Tensor, " steps"]:
         """T(k) for each k in `guesses`, as a float64 tensor (on the CPU)."""
@@ -550,7 +576,7 @@ class DraftLength:
             self.batch_rested += 1
             return
         if bool(self.probing.any()):
-            added = self.costs.draft + self.costs.t(2) - self.costs.t(1)
+            added = self.costs.step(1) - self.costs.step(0)
             paid = float(accepted[playing].sum()) * self.costs.step(0) > float(playing.sum()) * added
             self.batch_patience = PATIENCE if paid else 2 * self.batch_patience
         self.batch_rested = 0

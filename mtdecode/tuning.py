@@ -61,7 +61,9 @@ MAX_WINDOW, MAX_NGRAM, MAX_GUESSES = 16, 8, 16
 ROWS = (1, 2, 4, 8, 16, 32)
 #: what a batch's step spends besides its forwards (verification, cache roll-back, the rule, Python), as a fraction
 #: of the step: `benchmarks/step_overhead.py` measured 2 to 5% of a 1-token forward per step; a batch's guesses must
-#: be predicted to end it sooner by more than this and the costs' scatter (`batch_margin`)
+#: be predicted to end it sooner by more than this and the costs' scatter (`batch_margin`); one row's step with
+#: guesses costs this much more than a plain step (`step_overhead`: 0.7 to 1.2 ms more per forward call than greedy's,
+#: against a 26 ms forward, in the last run)
 BOOKKEEPING = 0.05
 #: the most tokens (rows x new tokens) in one timed forward of a batch: past it a forward's cost grows in
 #: proportion to its tokens (every core is busy), so the last measured slope is continued instead
@@ -225,7 +227,14 @@ def batch_draft_costs(
     planned = draft is not None if planned is None else planned
     curve = batch_curve(target, rows, longest, planned=planned)
     draft_cost = 0.0 if draft is None else batch_seconds(draft, rows, draft_tokens) / forward_costs(target)[1]
-    return BatchCosts({rows: DraftCosts(draft_cost, curve)}, margin=batch_margin(target, rows))
+    return BatchCosts({rows: DraftCosts(draft_cost, curve, step_overhead(rows))}, margin=batch_margin(target, rows))
+
+
+def step_overhead(rows: int) -> float:
+    """What a step with guesses spends besides its forwards beyond a plain step (`DraftCosts.overhead`), for one
+    row: `BOOKKEEPING`, so that a guess whose expected gain is smaller is not verified. For a batch, 0: the batch
+    rule's margin holds it (`batch_margin`)."""
+    return BOOKKEEPING if rows == 1 else 0.0
 
 
 def batch_margin(model: CausalLM, rows: int) -> float:
@@ -305,7 +314,8 @@ def candidate_costs(model: CausalLM, window: int, ngram: int, guesses: int, *, r
     window's (W + g)(N - 1) - 1 other cells and g candidates of N - 1 tokens, in every row), as measured on this
     host."""
     steps = [batch_relative(model, rows, (window + g) * (ngram - 1)) for g in range(guesses + 1)]
-    return BatchCosts({rows: DraftCosts(draft=0.0, target=steps)}, margin=batch_margin(model, rows))
+    costs = DraftCosts(draft=0.0, target=steps, overhead=step_overhead(rows))
+    return BatchCosts({rows: costs}, margin=batch_margin(model, rows))
 
 
 def cost_curve(model: CausalLM, longest: int) -> list[float]:
@@ -431,11 +441,11 @@ def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
     )
     if draft is not None:
         c = draft_costs(model, draft)
-        break_even = c.draft + c.t(2) - c.t(1)
+        break_even = c.step(1) - c.step(0)
         lines.append(
             f"Speculative/MTAD: a draft forward costs {c.draft:.2f} of a target forward, one more verified token "
-            f"{c.t(2) - c.t(1):.2f}; a first guess pays only if the draft is accepted more than "
-            f"{break_even:.0%} of the time (rows whose acceptance falls below decode greedily)"
+            f"{c.t(2) - c.t(1):.2f}, a step's bookkeeping {c.overhead:.2f}; a first guess pays only if the draft is "
+            f"accepted more than {break_even:.0%} of the time (rows whose acceptance falls below decode greedily)"
         )
     return lines
 
@@ -448,6 +458,41 @@ def measure_depth_cost(target: CausalLM, head: EagleHead, width: int, rows: int 
     key = {"head": store.module_key(head), "width": width} | ({"rows": rows} if rows > 1 else {})
     seconds = kept_seconds("eagle-depth", key, lambda: _time_depth(head, width, rows=rows))
     return seconds / forward_costs(target)[1]
+
+
+#: entries per row over which the head's reading of the target's features is timed (`measure_read_cost`)
+READ_TOKENS = 16
+
+
+def measure_read_cost(target: CausalLM, head: EagleHead, rows: int = 1) -> float:
+    """The head reading the target's features for a batch of `rows` rows (a head forward over new entries after
+    `CONTEXT` of them, as when a resting batch resumes), per entry: timed over `READ_TOKENS` entries per row (the
+    fastest of 5 runs; measured once per head architecture, number of rows and host, and kept on disk,
+    `mtdecode.store`) and divided by t(rows, `READ_TOKENS`) / t(rows, 1), in units of a 1-token target forward of
+    one row. A read over n entries per row is taken to cost this times t(rows, n) / t(rows, 1): both forwards grow
+    alike with their tokens (`DraftLength.catch_up` weighs a draft model's catch-up the same way)."""
+    key = {"head": store.module_key(head), "tokens": READ_TOKENS} | ({"rows": rows} if rows > 1 else {})
+    seconds = kept_seconds("eagle-read", key, lambda: _time_read(head, rows))
+    growth = batch_seconds(target, rows, READ_TOKENS) / batch_seconds(target, rows, 1)
+    return seconds / growth / forward_costs(target)[1]
+
+
+def _time_read(head: EagleHead, rows: int, repeats: int = 5) -> float:
+    runner = HeadRunner(head, rows)
+    hidden, dtype, device = head.embedding.shape[1], head.dtype, head.device
+    context = torch.zeros(rows, CONTEXT, dtype=torch.long, device=device)
+    ids, offsets, sees, pad = runner.after_held(context)
+    runner.step(torch.zeros(rows, CONTEXT, hidden, dtype=dtype, device=device), ids, offsets, sees, pad=pad)
+    runner.cache.commit()
+    features = torch.zeros(rows, READ_TOKENS, hidden, dtype=dtype, device=device)
+    best = float("inf")
+    for _ in range(repeats):
+        ids, offsets, sees, pad = runner.after_held(torch.zeros(rows, READ_TOKENS, dtype=torch.long, device=device))
+        start = time.perf_counter()
+        runner.step(features, ids, offsets, sees, pad=pad)
+        best = min(best, time.perf_counter() - start)
+        runner.cache.crop(runner.cache.lengths)  # the new entries go again
+    return best
 
 
 def _time_depth(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) -> float:

@@ -100,6 +100,35 @@ def test_a_planned_step_maximises_tokens_less_the_rows_rate_times_cost():
     assert length.plan(chances, available=torch.tensor([4, 4, 1]))[1] == 3
 
 
+def test_a_steps_bookkeeping_is_paid_by_its_guesses():
+    """`DraftCosts.overhead` o: a step with guesses costs T(k) = t(k + 1) + k c + o, a plain step t(1). A copy of
+    chance 0.1 on a flat curve pays with o = 0 (E(1) - T(1) = 1.1 - 1 against 0) and not with o = 0.2 (1.1 - 1.2);
+    a draft's first guess must beat c + t(2) - t(1) + o; the measured costs carry o for one row only."""
+    chances = torch.tensor([[0.1]], dtype=torch.float64)
+    for overhead, planned in ((0.0, 1), (0.2, 0)):
+        costs = DraftCosts(draft=0.0, target=[1.0, 1.0], overhead=overhead)
+        assert costs.step(0) == 1.0 and costs.step(1) == 1.0 + overhead
+        length = DraftLength(costs, batch=1, device=torch.device("cpu"))
+        assert int(length.plan(chances, available=torch.tensor([1]))) == planned
+    # a = 1/2 against c + t(2) - t(1) = 0.3 (see the rule by hand), and 0.3 + o
+    assert DraftLength(linear(0.1, 0.2), 1, torch.device("cpu")).start().item()
+    dear = DraftCosts(draft=0.1, target=[1.0, 1.2], overhead=0.25)
+    assert not DraftLength(dear, 1, torch.device("cpu")).start().item()
+    assert mtdecode.tuning.step_overhead(1) == mtdecode.tuning.BOOKKEEPING and mtdecode.tuning.step_overhead(4) == 0
+    with pytest.raises(ValueError, match="overhead"):
+        DraftCosts(draft=0.0, target=[1.0, 1.0], overhead=-0.1)
+
+
+def test_a_row_whose_guesses_lost_so_far_keeps_greedy_decodings_bar():
+    """The one-row rule's r is never below 1, what plain steps make: a copy of chance 0.08 for one more token at
+    0.1 of a step does not pay (1.08 - 1.1 < 1 - 1), even for a row whose rate so far is 1/2, for which
+    E - r T would have verified it (1.08 - 0.55 > 1 - 0.5)."""
+    length = DraftLength(DraftCosts(draft=0.0, target=[1.0, 1.1]), batch=1, device=torch.device("cpu"))
+    length.gained[0], length.spent[0] = 1.0, 2.0
+    assert length.rate().tolist() == [1.0]
+    assert int(length.plan(torch.tensor([[0.08]], dtype=torch.float64), available=torch.tensor([1]))) == 0
+
+
 def test_a_row_that_plans_no_guess_tries_one_after_resting():
     """A guess of chance 0.3 does not pay for its place (1.3 tokens for 1.5), one always accepted would (2 for 1.5):
     the row tries one after `PATIENCE` idle steps."""

@@ -10,7 +10,9 @@
   length, where shorter).
 - Steep batch costs stop the guessing: a batch whose guesses cannot pay decodes at greedy cost after at most
   two tries, where flat costs draft in most steps; rows rejoin when the chances rise again.
-- The costs: t(B, n) is kept per number of rows, and other numbers of rows are interpolated.
+- The costs: t(B, n) is kept per number of rows, and other numbers of rows are interpolated; the EAGLE head's
+  reading of features is measured once per number of rows and kept.
+- EAGLE's first tree is a try: the head reads the prompts only if a try pays for that read.
 
 Rows stay independent in law under the batch rule: `tests/test_batch.py` runs its chi-square test on it.
 """
@@ -61,7 +63,7 @@ RULED = {  # every strategy with a rule, given batch costs
     "speculative": lambda costs: Speculative(pair()[1], costs=costs),
     "prompt_lookup": lambda costs: PromptLookup(costs=costs),
     "mtad": lambda costs: MTAD(pair()[1], beam_width=2, costs=costs),
-    "eagle": lambda costs: Eagle(head(), depth=3, width=3, costs=costs, depth_cost=0.05),
+    "eagle": lambda costs: Eagle(head(), depth=3, width=3, costs=costs, depth_cost=0.05, read_cost=0.05),
     "jacobi": lambda costs: Jacobi(costs=costs),
 }
 
@@ -218,10 +220,10 @@ def test_one_measurement_per_number_of_rows(tmp_path, monkeypatch):
 
 
 def test_a_resting_batch_leaves_the_head_idle_and_catches_it_up(monkeypatch):
-    """EAGLE under the batch rule: where no node can pay (t_4(2) = 4 t_4(1)), the head grows one tree, finds nothing
-    worth verifying, and rests from then on: plain steps, no head forward. Where nodes pay now and then, a batch
-    that rested reads the target's features of every step it missed in one head forward, and drafts again; every
-    row equals greedy decoding of its prompt alone either way."""
+    """EAGLE under the batch rule: where no node can pay (t_4(2) = 4 t_4(1)), the batch's first tree is a try that
+    cannot pay, so the head never reads the prompts nor grows a tree: every step is a plain step. Where nodes pay now
+    and then, a batch that rested reads the target's features of every step it missed in one head forward, and
+    drafts again; every row equals greedy decoding of its prompt alone either way."""
     from mtdecode.strategies import eagle
 
     calls = {"grow": 0, "read": [], "rest": 0}
@@ -243,16 +245,72 @@ def test_a_resting_batch_leaves_the_head_idle_and_catches_it_up(monkeypatch):
     monkeypatch.setattr(eagle, "rest_step", counted("rest", rest))
     target = pair()[0]
     prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
-    steep = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 3.0), depth_cost=0.05)
+    steep = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 3.0), depth_cost=0.05, read_cost=0.05)
     result = mtdecode.generate(target, prompts, steep, max_new_tokens=30)
-    # the prompt's features read, one tree grown and its step's features read, then every step a rest
-    assert calls["grow"] == 1 and len(calls["read"]) == 2 and calls["rest"] == len(result.steps_of(0)) - 2
+    # no tree, no read: every step a rest, the first one over the prompts
+    assert calls["grow"] == 0 and calls["read"] == [] and calls["rest"] == len(result.steps_of(0))
     assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 30) for p in prompts]
     calls.update(grow=0, read=[], rest=0)
-    some = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 0.4), depth_cost=0.05)
+    some = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 0.05), depth_cost=0.05, read_cost=0.05)
     result = mtdecode.generate(target, prompts, some, max_new_tokens=60)
     assert calls["rest"] > 0 and max(calls["read"][1:]) > 1, calls  # caught up on several steps at once
     assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 60) for p in prompts]
+
+
+def test_a_batch_that_waits_first_tries_only_if_the_try_pays_for_its_catch_up():
+    """The rule by hand: with `wait_first`, the first step is a try, weighed with the draft's catch-up (`reading`)
+    and its other work (`extra`); without it, the first step drafts whatever it costs."""
+    costs = together(4, 0.0, 0.1)  # one more token per row: 0.1 of a step
+    waiting = DraftLength(costs, 4, CPU, wait_first=True)
+    assert not waiting.idle(reading=0.0) and not waiting.idle(reading=0.1, extra=0.1)
+    assert waiting.idle(reading=5.0) and waiting.idle(reading=0.0, extra=5.0)
+    assert not DraftLength(costs, 4, CPU).idle(reading=5.0)  # not waiting: the first step drafts
+    assert not DraftLength(together(1, 0.0, 0.1), 1, CPU, wait_first=True).idle(reading=5.0)  # the row rule: no rest
+
+
+def test_eagles_first_tree_pays_for_the_heads_reading_of_the_prompts(monkeypatch):
+    """Under the batch rule, costs where nodes pay: with a cheap read the head reads the prompts and grows trees;
+    with a read dearer than any try could win back, it never reads them, and every step is a plain step. Every
+    row equals greedy decoding of its prompt alone either way."""
+    from mtdecode.strategies import eagle
+
+    calls = {"grow": 0, "read": 0}
+    grow, read = eagle.grow_tree, eagle.read_features
+
+    def counted(name, function):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(eagle, "grow_tree", counted("grow", grow))
+    monkeypatch.setattr(eagle, "read_features", counted("read", read))
+    target = pair()[0]
+    prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
+    for read_cost, drafts in ((0.0, True), (50.0, False)):
+        calls.update(grow=0, read=0)
+        strategy = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 0.05), depth_cost=0.05,
+                         read_cost=read_cost)  # fmt: skip
+        result = mtdecode.generate(target, prompts, strategy, max_new_tokens=20)
+        assert (calls["grow"] > 0 and calls["read"] > 0) == drafts, (read_cost, calls)
+        assert drafts or not any(step.drafted for step in result.steps)
+        assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 20) for p in prompts]
+
+
+def test_the_heads_reading_is_measured_once_per_number_of_rows(tmp_path, monkeypatch):
+    """`tuning.measure_read_cost`: a positive cost per entry, kept on disk (the same number again, one file per number
+    of rows), and refused as an argument when it is not a cost."""
+    monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
+    monkeypatch.delenv("MTDECODE_COSTS", raising=False)
+    model = mtdecode.CausalLM(pair()[0])
+    one, two = tuning.measure_read_cost(model, head(), 1), tuning.measure_read_cost(model, head(), 2)
+    assert one > 0 and two > 0
+    assert tuning.measure_read_cost(model, head(), 2) == two
+    assert len(list(tmp_path.glob("eagle-read-*.json"))) == 2
+    for nonsense in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="read_cost"):
+            Eagle(head(), read_cost=nonsense)
 
 
 def test_jacobi_verifies_the_guesses_that_pay_and_moves_the_others_on():
@@ -269,6 +327,20 @@ def test_jacobi_verifies_the_guesses_that_pay_and_moves_the_others_on():
     for result in (steep, flat):
         assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 20) for p in prompts]
     assert moved_on(torch.tensor([[5, 6, 7]])).tolist() == [[6, 7, 7]]
+
+
+def test_jacobis_later_places_start_from_the_place_before():
+    """`PlaceRecord`: the first place starts from an even chance, each later one from the estimate of the place
+    before it, so a block whose first guess failed 10 times in 10 is not kept worth verifying by its later places'
+    short records (an even chance each would give E(3) = 1 + 1/12 + 1/24 + 1/48)."""
+    from mtdecode.strategies.jacobi import PlaceRecord
+
+    record = PlaceRecord(1, 3)
+    for _ in range(10):
+        record.add(torch.tensor([3]), torch.tensor([0]))
+    first = (0 + 2 * 0.5) / (10 + 2)
+    expected = [1 + sum(first**i for i in range(1, k + 1)) for k in range(4)]  # 1, 1 + p, 1 + p + p^2, ...
+    assert record.expected(3)[0].tolist() == pytest.approx(expected)
 
 
 def test_a_lookahead_window_of_one_column_and_one_row_feeds_x0_alone(monkeypatch):

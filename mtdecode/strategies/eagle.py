@@ -39,16 +39,18 @@ verified a node for that reason, the run decoded greedily and `generate` warns
 (`GreedyFallbackWarning`).
 
 The first step has no features yet: it is a plain step over the prompt (the head reads the
-prompt's features after it). The head's KV cache is a `KVCache` under the session's checks like
-every model's: it holds each row's committed tokens but the newest, as the target's does; the
-draft tree's entries are pending only while the tree grows.
+prompt's features when the batch first drafts). The head's KV cache is a `KVCache` under the
+session's checks like every model's: it holds each row's committed tokens but the newest, as the
+target's does; the draft tree's entries are pending only while the tree grows.
 
 With the batch rule (`mtdecode.drafting`, batch > 1), a batch whose last step verified no node
 rests: it takes plain steps, the head does no work (it reads features and scores a first depth
 in every step it drafts; one more depth alone costs a sixth of a batched step at 16 rows on the
 2-core host), and the target's features wait for it; after
 `PATIENCE` such steps, or as soon as a copy alone would pay, the head reads them in one forward
-and drafts again (`DraftLength.idle`, `rest_step`).
+and drafts again (`DraftLength.idle`, `rest_step`). The batch's first tree is such a try too: it is
+drafted only if it could pay for the head's reading of the prompts (`read_cost`) and its first
+depth (`depth_cost`).
 """
 
 import functools
@@ -92,6 +94,10 @@ class Eagle:
     - `depth_cost`: what growing the tree one more depth costs (a head forward over W nodes per row, their scores
       and the choice of children), in units of a 1-token target forward of one row; None: measured on this host
       for the batch's rows (`mtdecode.tuning.measure_depth_cost`). Only the rule (`tree_size=None`) weighs it.
+    - `read_cost`: what the head's reading of the target's features costs per entry and row (a read of n entries
+      per row costing this times t(n) / t(1) of the target's curve), in units of a 1-token target forward of one
+      row; None: measured on this host for the batch's rows (`mtdecode.tuning.measure_read_cost`). Only the batch
+      rule weighs it: a batch drafts first, or again after resting, only if a try pays for that catch-up.
     """
 
     head: EagleHead | None = None
@@ -102,11 +108,16 @@ class Eagle:
     ngram: int = 3
     costs: DraftCosts | BatchCosts | None = None
     depth_cost: float | None = None
+    read_cost: float | None = None
     #: output identical to greedy decoding at temperature 0, distributed as p when sampling
     exact: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_counts(self, ("depth", "width", "tree_size", "ngram"), optional=["tree_size"])
+        for name in ("depth_cost", "read_cost"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0):
+                raise ValueError(f"{name} must be a cost >= 0 (None: measured on this host), got {value!r}")
         if isinstance(self.lookup, bool) or not isinstance(self.lookup, int) or self.lookup < 0:
             raise ValueError(f"lookup must be an integer >= 0 (0: no copy), got {self.lookup!r}")
         if self.head is not None and not isinstance(self.head, EagleHead):
@@ -120,22 +131,27 @@ class Eagle:
         if self.tree_size is None:
             longest = self.depth * self.width + self.lookup + 1
             costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch, longest=longest, planned=True)
-            size = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
-        depth_cost = self.depth_cost
+            # with the batch rule, the batch's first tree is a try: made only if it would pay for the prompts' read
+            size = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, wait_first=True)
+        depth_cost, read_cost = self.depth_cost, self.read_cost
         if depth_cost is None and size is None:  # only the rule weighs it
             depth_cost = 0.0
         elif depth_cost is None:
             depth_cost = tuning.measure_depth_cost(s.target.model, head.model, self.width, s.batch)
+        if read_cost is None and size is not None and size.together:  # only the batch rule weighs it
+            read_cost = tuning.measure_read_cost(s.target.model, head.model, s.batch)
         if size is not None:
             s.record_choice(lambda: tree_choice(size, depth_cost, s.steps))  # for `Stats.choices`
         record = CopyRecord(s.batch) if self.lookup else None
-        steps, features = plain_step(s)  # the first step: a plain forward over the prompts; the head reads them
-        root = read_features(s, head, features, None)
+        steps, unread = rest_step(s, head)  # the first step: a plain forward over the prompts, read when drafting
         yield steps
-        unread = None  # while the batch rests: each row's target features the head has not read yet
+        root = None  # each row's head prediction for its newest position, once the head has read its features
         while not s.done:
             copy = None if record is None else find_copies(s, self.lookup, self.ngram, record)  # step 1, the copy
-            if size is not None and size.idle(*copy_alone(copy, s.active)):  # the batch rule: nothing would pay
+            resting = size is not None and size.idle(
+                *copy_alone(copy, s.active), reading=reading_cost(size, read_cost, unread), extra=depth_cost
+            )  # the batch rule: nothing would pay for the head's work
+            if resting:
                 playing = s.active
                 steps, fresh = rest_step(s, head)  # a plain step; the head reads its features when drafting resumes
                 size.rest(playing)
@@ -163,6 +179,18 @@ class Eagle:
             fresh = features[rows, torch.cat([path.new_zeros(path.shape[0], 1), path + 1], dim=1).clamp(min=0)]
             root = read_features(s, head, [fresh[b, : int(a) + 1] for b, a in enumerate(verdict.accepted)], root)
             yield steps
+
+
+def reading_cost(
+    size: DraftLength, read_cost: float | None, unread: Sequence[Float[Tensor, "_fed hidden"]] | None
+) -> float:
+    """What the head's reading of the features it has not read costs the batch (the widest row's, since the rows
+    are read side by side), for the batch rule (`DraftLength.idle`): `read_cost` per entry, grown as the target's
+    forward grows with its tokens; 0 with nothing to read or when the rule does not weigh it."""
+    if unread is None or not read_cost:
+        return 0.0
+    widest = max(len(row) for row in unread)
+    return read_cost * size.costs.t(max(widest, 1)) / size.costs.t(1)
 
 
 def tree_choice(size: DraftLength, depth_cost: float, steps: list[Step]) -> Choice:

@@ -33,6 +33,7 @@ import torch
 from mtdecode import tuning
 from mtdecode.copying import prompt_tokens
 from mtdecode.drafting import (
+    PRIOR,
     BatchCosts,
     DraftCosts,
     DraftLength,
@@ -94,8 +95,11 @@ class Jacobi:
 
 class PlaceRecord:
     """How often a guess at each place of the block was accepted, given the guesses before it were, over the steps
-    that verified it (an even chance as the prior of each place); with `pooled`, every row's record together (the
-    batch rule: the rows share the model and learn as many times faster as they are)."""
+    that verified it; with `pooled`, every row's record together (the batch rule: the rows share the model and learn
+    as many times faster as they are). The prior of the first place is an even chance, that of each later place the
+    estimate of the place before it (`PRIOR` guesses' worth): a later place is verified only after the guesses
+    before it were accepted, so its own record stays short, and an even chance there would keep a block whose first
+    guess is seldom right worth verifying."""
 
     def __init__(self, batch: int, places: int, pooled: bool = False) -> None:
         self.hits = torch.zeros(batch, places, dtype=torch.float64, device="cpu")
@@ -107,7 +111,11 @@ class PlaceRecord:
         hits, tries = self.hits[:, :width], self.tries[:, :width]
         if self.pooled:
             hits, tries = pooled(hits), pooled(tries)
-        return expected_tokens(((hits + 1) / (tries + 2)).cumprod(1))  # from pi_i: guesses 1..i all accepted
+        chance, prior = torch.empty_like(hits), hits.new_full((hits.shape[0],), 0.5)  # (batch, place)
+        for place in range(hits.shape[1]):  # P(guess i accepted | guesses before it were), the next place's prior
+            prior = (hits[:, place] + PRIOR * prior) / (tries[:, place] + PRIOR)
+            chance[:, place] = prior
+        return expected_tokens(chance.cumprod(1))  # from pi_i: guesses 1..i all accepted
 
     def add(self, verified: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         """After verification: guesses 1..accepted held, guess accepted + 1 (if verified) did not."""
