@@ -7,17 +7,24 @@ every strategy in the registry with its defaults (the draft model where one is n
 first rotates from round to round, so a busy moment hits every runner alike. Rows stop at the
 end-of-turn token; tokens/s counts every row's tokens up to and including it.
 
+With `--paired`, every runner's run in a round is paired with a run of batched greedy right beside it
+(greedy first in even rounds, second in odd ones), and each runner also gets the median over the rounds
+of its pair's ratio, with the lowest and highest: a busy stretch of the host then moves both runs of a
+pair alike, where the summed tokens/s compare runs up to a round apart.
+
 For each batch it prints the measured forward costs t(B, n) / t(B, 1) that the rules weigh
 (`mtdecode.tuning.batch_seconds`), then per strategy: tokens/s, the ratio to batched greedy,
 tokens per row forward, rows identical to batched greedy's, what the strategy chose
 (`result.stats.choices`), and, where a strategy lands below 0.97x, the measurement that limits it.
 
     python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 2 4 8 16 32]
-                                          [--sets mixed code] [--strategies eagle ...] [--json build/batch.json]
+                                          [--sets mixed code] [--strategies eagle ...] [--paired]
+                                          [--json build/batch.json]
 """
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -70,17 +77,29 @@ def theirs(model, prompts, new_tokens, eos):
     return [up_to_eos(row, eos) for row in out[:, width:].tolist()], None
 
 
-def race(runners: dict, rounds: int, label: str) -> dict:
-    """Run every runner `rounds` times, rotating who goes first; sum seconds and tokens, keep the last stats."""
-    totals = {name: {"seconds": 0.0, "tokens": 0, "rows": None, "stats": None} for name in runners}
+def race(runners: dict, rounds: int, label: str, paired: bool = False) -> dict:
+    """Run every runner `rounds` times, rotating who goes first; sum seconds and tokens, keep the last stats. With
+    `paired`, each other runner's run is paired with a greedy run beside it, and its pairs' ratios are kept."""
+    totals = {name: {"seconds": 0.0, "tokens": 0, "rows": None, "stats": None, "pairs": []} for name in runners}
     names = list(runners)
+
+    def run(name: str) -> float:
+        start = time.perf_counter()
+        rows, stats = runners[name]()
+        seconds = time.perf_counter() - start
+        totals[name]["seconds"] += seconds
+        totals[name]["tokens"] += sum(map(len, rows))
+        totals[name]["rows"], totals[name]["stats"] = rows, stats
+        return sum(map(len, rows)) / seconds
+
     for r in tqdm(range(rounds), desc=label, unit="round", leave=False):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            start = time.perf_counter()
-            rows, stats = runners[name]()
-            totals[name]["seconds"] += time.perf_counter() - start
-            totals[name]["tokens"] += sum(map(len, rows))
-            totals[name]["rows"], totals[name]["stats"] = rows, stats
+            if not paired:
+                run(name)
+            elif name != "greedy":  # greedy runs in every pair
+                order = ("greedy", name) if r % 2 == 0 else (name, "greedy")
+                speed = {who: run(who) for who in order}
+                totals[name]["pairs"].append(speed[name] / speed["greedy"])
     return totals
 
 
@@ -123,6 +142,7 @@ def main() -> None:
     parser.add_argument("--sets", nargs="+", choices=["mixed", "code"], default=["mixed", "code"])
     choices = [name for name in REGISTRY if name != "autoregressive"]
     parser.add_argument("--strategies", nargs="+", choices=choices, help="race only these (default: every one)")
+    parser.add_argument("--paired", action="store_true", help="pair every run with a greedy run beside it")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
 
@@ -144,22 +164,27 @@ def main() -> None:
             runners["transformers"] = lambda p=prompts: theirs(model, p, args.new_tokens, eos)
             for name, strategy in made.items():
                 runners[name] = lambda p=prompts, s=strategy: ours(model, p, args.new_tokens, eos, s)
-            t = race(runners, args.rounds, f"batch {batch}, {set_name}")
+            t = race(runners, args.rounds, f"batch {batch}, {set_name}", args.paired)
             base = t["greedy"]["tokens"] / t["greedy"]["seconds"]
             print(f"\n== batch {batch}, {set_name} prompts: {cost_line(model, batch)}")
-            print(f"  {'':14} {'tok/s':>7} {'vs greedy':>9} {'tok/fwd':>7} {'same':>6}  chosen")
+            paired = f" {'paired (lowest-highest)':>24}" if args.paired else ""
+            print(f"  {'':14} {'tok/s':>7} {'vs greedy':>9}{paired} {'tok/fwd':>7} {'same':>6}  chosen")
             for name, v in t.items():
                 speed = v["tokens"] / v["seconds"]
                 same = sum(a == b for a, b in zip(v["rows"], t["greedy"]["rows"], strict=True))
                 stats = v["stats"]
                 per_forward = "" if stats is None else f"{stats.tokens_per_forward:7.2f}"
                 chosen = "" if stats is None else "; ".join(f"{c.setting}" for c in stats.choices)
-                print(f"  {name:14} {speed:7.1f} {speed / base:8.2f}x {per_forward:>7} {same:>3}/{batch:<2}  {chosen}")
-                if name in made and speed / base < FLOOR:
+                pairs = v["pairs"]
+                ratio = f"{statistics.median(pairs):.2f}x ({min(pairs):.2f}-{max(pairs):.2f})" if pairs else ""
+                paired = f" {ratio:>24}" if args.paired else ""
+                line = f"  {name:14} {speed:7.1f} {speed / base:8.2f}x{paired} {per_forward:>7} {same:>3}/{batch:<2}"
+                print(f"{line}  {chosen}")
+                if name in made and (statistics.median(pairs) if pairs else speed / base) < FLOOR:
                     print(f"  {'':14} below {FLOOR}x: {limit(name, stats, model, draft, batch)}")
                 figures.append({
                     "batch": batch, "prompts": set_name, "runner": name, "tokens_per_second": speed,
-                    "vs_greedy": speed / base, "identical_rows": same,
+                    "vs_greedy": speed / base, "identical_rows": same, "paired_ratios": pairs,
                     "tokens_per_forward": None if stats is None else stats.tokens_per_forward,
                     "choices": [f"{c.strategy}: {c.setting}: {c.reason}" for c in (stats.choices if stats else ())],
                 })  # fmt: skip
