@@ -477,13 +477,20 @@ def measure_read_cost(target: CausalLM, head: EagleHead, rows: int = 1) -> float
     return seconds / growth / forward_costs(target)[1]
 
 
-def _time_read(head: EagleHead, rows: int, repeats: int = 5) -> float:
+def _runner_after_context(head: EagleHead, rows: int) -> HeadRunner:
+    """A runner of `head` for `rows` rows whose cache holds `CONTEXT` committed entries per row (zeros): what the
+    head's timings start from."""
     runner = HeadRunner(head, rows)
     hidden, dtype, device = head.embedding.shape[1], head.dtype, head.device
-    context = torch.zeros(rows, CONTEXT, dtype=torch.long, device=device)
-    ids, offsets, sees, pad = runner.after_held(context)
+    ids, offsets, sees, pad = runner.after_held(torch.zeros(rows, CONTEXT, dtype=torch.long, device=device))
     runner.step(torch.zeros(rows, CONTEXT, hidden, dtype=dtype, device=device), ids, offsets, sees, pad=pad)
     runner.cache.commit()
+    return runner
+
+
+def _time_read(head: EagleHead, rows: int, repeats: int = 5) -> float:
+    runner = _runner_after_context(head, rows)
+    hidden, dtype, device = head.embedding.shape[1], head.dtype, head.device
     features = torch.zeros(rows, READ_TOKENS, hidden, dtype=dtype, device=device)
     best = float("inf")
     for _ in range(repeats):
@@ -503,12 +510,8 @@ def depth_timings(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) 
     """Seconds, the fastest of `repeats` runs each, for one depth of the tree over `width` nodes per row of `rows`
     rows after `CONTEXT` entries (`"depth"`) and for its parts: the head's forward with its cache update
     (`"head forward"`), the nodes' scores (`"scores"`) and the choice of children (`"choice"`)."""
-    runner = HeadRunner(head, rows)
-    context, hidden = CONTEXT, head.embedding.shape[1]
-    dtype, device = head.dtype, head.device
-    ids, offsets, sees, pad = runner.after_held(torch.zeros(rows, context, dtype=torch.long, device=device))
-    runner.step(torch.zeros(rows, context, hidden, dtype=dtype, device=device), ids, offsets, sees, pad=pad)
-    runner.cache.commit()
+    runner = _runner_after_context(head, rows)
+    hidden, dtype, device = head.embedding.shape[1], head.dtype, head.device
     features = torch.zeros(rows, width, hidden, dtype=dtype, device=device)
     tokens = torch.zeros(rows, width, dtype=torch.long, device=device)
     alone = masks.tree([-1] * width, device=device)  # width nodes side by side

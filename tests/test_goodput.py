@@ -50,6 +50,24 @@ def head() -> EagleHead:
     return EagleHead(model.config, *weights, torch.arange(VOCAB)).to(model.dtype).eval()
 
 
+#: four prompts of different lengths, for the EAGLE batch tests
+RAGGED = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
+
+
+def count_calls(monkeypatch, module, name: str, calls: dict, key: str, note=None) -> None:
+    """Wrap `module.name` so that every call adds 1 to `calls[key]`, or appends `note(*args)` to it when given."""
+    function = getattr(module, name)
+
+    def call(*args, **kwargs):
+        if note is None:
+            calls[key] += 1
+        else:
+            calls[key].append(note(*args))
+        return function(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, call)
+
+
 def linear(draft: float, slope: float, sizes: int = 24) -> DraftCosts:
     """c = `draft`, t(n) = 1 + slope (n - 1)."""
     return DraftCosts(draft=draft, target=[1 + slope * n for n in range(sizes)])
@@ -227,24 +245,11 @@ def test_a_resting_batch_leaves_the_head_idle_and_catches_it_up(monkeypatch):
     from mtdecode.strategies import eagle
 
     calls = {"grow": 0, "read": [], "rest": 0}
-    grow, read, rest = eagle.grow_tree, eagle.read_features, eagle.rest_step
-
-    def counted_read(s, head, features, root):
-        calls["read"].append(max(len(f) for f in features))
-        return read(s, head, features, root)
-
-    def counted(name, function):
-        def call(*args, **kwargs):
-            calls[name] += 1
-            return function(*args, **kwargs)
-
-        return call
-
-    monkeypatch.setattr(eagle, "grow_tree", counted("grow", grow))
-    monkeypatch.setattr(eagle, "read_features", counted_read)
-    monkeypatch.setattr(eagle, "rest_step", counted("rest", rest))
-    target = pair()[0]
-    prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
+    count_calls(monkeypatch, eagle, "grow_tree", calls, "grow")
+    widest = lambda s, head, features, root: max(map(len, features))  # noqa: E731  entries read, the widest row's
+    count_calls(monkeypatch, eagle, "read_features", calls, "read", widest)
+    count_calls(monkeypatch, eagle, "rest_step", calls, "rest")
+    target, prompts = pair()[0], RAGGED
     steep = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 3.0), depth_cost=0.05, read_cost=0.05)
     result = mtdecode.generate(target, prompts, steep, max_new_tokens=30)
     # no tree, no read: every step a rest, the first one over the prompts
@@ -275,19 +280,9 @@ def test_eagles_first_tree_pays_for_the_heads_reading_of_the_prompts(monkeypatch
     from mtdecode.strategies import eagle
 
     calls = {"grow": 0, "read": 0}
-    grow, read = eagle.grow_tree, eagle.read_features
-
-    def counted(name, function):
-        def call(*args, **kwargs):
-            calls[name] += 1
-            return function(*args, **kwargs)
-
-        return call
-
-    monkeypatch.setattr(eagle, "grow_tree", counted("grow", grow))
-    monkeypatch.setattr(eagle, "read_features", counted("read", read))
-    target = pair()[0]
-    prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
+    count_calls(monkeypatch, eagle, "grow_tree", calls, "grow")
+    count_calls(monkeypatch, eagle, "read_features", calls, "read")
+    target, prompts = pair()[0], RAGGED
     for read_cost, drafts in ((0.0, True), (50.0, False)):
         calls.update(grow=0, read=0)
         strategy = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 0.05), depth_cost=0.05,
