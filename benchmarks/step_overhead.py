@@ -6,18 +6,31 @@ target model's forwards (`CausalLM.forward`, timed by wrapping it) and everythin
 verification, cache roll-back, pools, drafting rules, Python. Speculative decoding's draft
 forwards also go through `CausalLM.forward` and count as forwards.
 
-    python benchmarks/step_overhead.py
+With `--resting`, the strategies that decide how many guesses to verify get costs under which no guess ever pays
+(a forward over two tokens priced at 50 of one), so that every step drafts nothing: what a step at rest spends
+beside greedy's, the rule's own bookkeeping.
+
+    python benchmarks/step_overhead.py [--resting]
 """
 
+import argparse
 import time
+import warnings
 
 import mtdecode
 from mtdecode import model as adapter
 from mtdecode.bench import load_suite, tokenize
-from mtdecode.strategies import MTAD, Autoregressive, Lookahead, PromptLookup, Speculative
+from mtdecode.drafting import DraftCosts
+from mtdecode.strategies import MTAD, Autoregressive, Jacobi, Lookahead, PromptLookup, Speculative
+
+#: costs under which no guess pays: every step of a ruled strategy is a rest step
+NEVER = DraftCosts(draft=5.0, target=[1.0] + [50.0] * 40)
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--resting", action="store_true", help="costs under which no guess pays: only rest steps")
+    resting = parser.parse_args().resting
     target, draft = mtdecode.load_model(), mtdecode.load_model(mtdecode.DRAFT_MODEL)
     tokenizer = mtdecode.load_tokenizer()
     tasks = load_suite()["tasks"]
@@ -33,13 +46,23 @@ def main() -> None:
         return out
 
     adapter.CausalLM.forward = timed
-    strategies = {
-        "autoregressive": Autoregressive(),
-        "lookahead(3,2,3)": Lookahead(3, 2, 3),  # a setting, not the greedy fallback this host may choose
-        "prompt_lookup": PromptLookup(),
-        "speculative": Speculative(draft),
-        "mtad": MTAD(draft),
-    }
+    if resting:
+        warnings.simplefilter("ignore", mtdecode.GreedyFallbackWarning)  # decoding greedily is the point here
+        strategies = {
+            "autoregressive": Autoregressive(),
+            "jacobi": Jacobi(costs=NEVER, acceptance=0.0),
+            "prompt_lookup": PromptLookup(costs=NEVER),
+            "speculative": Speculative(draft, costs=NEVER, acceptance=0.0),
+            "mtad": MTAD(draft, costs=NEVER, acceptance=0.0),
+        }
+    else:
+        strategies = {
+            "autoregressive": Autoregressive(),
+            "lookahead(3,2,3)": Lookahead(3, 2, 3),  # a setting, not the greedy fallback this host may choose
+            "prompt_lookup": PromptLookup(),
+            "speculative": Speculative(draft),
+            "mtad": MTAD(draft),
+        }
     settings = dict(max_new_tokens=64, eos_token_id=tokenizer.eos_token_id, seed=0)
     for strategy in strategies.values():  # warm-up (and the one-off cost measurements)
         mtdecode.generate(target, prompts[0], strategy, **{**settings, "max_new_tokens": 8})

@@ -47,11 +47,18 @@ class CopyRecord:
         # columns: first, second, later tokens (bookkeeping on the host)
         self.hits = torch.zeros(batch, self.DEPTHS, dtype=torch.float64, device="cpu")
         self.tries = torch.zeros(batch, self.DEPTHS, dtype=torch.float64, device="cpu")
+        self.known: dict[int, Float[Tensor, "batch width"]] = {}  # `chances` by width, until the record changes
 
     def chances(self, width: int) -> Float[Tensor, "batch width"]:
         """P(copied token i + 1 accepted | tokens 1..i accepted) for i < `width`, per row: its depth's record and its
         prior, or a shallower position's chance where that is higher (a copy that held so far holds on at least as
         often)."""
+        if width not in self.known:
+            self.known[width] = self.estimate(width)
+        return self.known[width]
+
+    def estimate(self, width: int) -> Float[Tensor, "batch width"]:
+        """`chances`, worked out from the record."""
         position = torch.arange(width, device="cpu")
         depth = position.clamp(max=self.DEPTHS - 1)
         prior = (position + 1.0) / (position + 2.0)  # (width,): the rule of succession within the copy
@@ -60,7 +67,11 @@ class CopyRecord:
 
     def add(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         """After verification: copied tokens 1..accepted held, token accepted + 1 (if drafted) did not."""
-        tried, hit = chain_outcome(drafted, accepted, int(drafted.max()) if drafted.numel() else 0)  # (batch, drafted)
+        width = int(drafted.max()) if drafted.numel() else 0
+        if width == 0:  # nothing verified: the record stays as it was
+            return
+        self.known.clear()
+        tried, hit = chain_outcome(drafted, accepted, width)  # (batch, drafted)
         depth = repeat(torch.arange(tried.shape[1], device="cpu").clamp(max=self.DEPTHS - 1), "guess -> batch guess",
                        batch=tried.shape[0])  # fmt: skip
         self.tries.scatter_add_(1, depth, tried.double())

@@ -230,6 +230,7 @@ class DraftLength:
         # the batch rule's own record: its steps without drafting and its patience (the rows' move in step with them)
         self.batch_rested, self.batch_patience = (PATIENCE if wait_first else 0), PATIENCE
         self.playing = torch.ones(batch, dtype=torch.bool, device=device)  # the rows that take part in this step
+        self.table = torch.empty(0, dtype=torch.float64, device="cpu")  # T(0), T(1), ... (`step_costs`)
         self.start()
 
     def start(
@@ -453,9 +454,11 @@ class DraftLength:
         """The one-row rule's tries: the rows that rested `PATIENCE` steps (more after tries that were rejected), with
         enough of their budget left to use what a try teaches (`left_for_try`), whose first guess could pay at their
         `optimistic` acceptance, with the whole catch-up (as in `batch_may_try`)."""
+        due = (self.rested >= self.patience) & self.left_for_try(self.patience)
+        if not bool(due.any()):  # most steps: no row is due, and its hopes need not be weighed
+            return due
         added = self.costs.step(1) - self.costs.step(0) + self.reading
-        hopeful = self.optimistic() * self.costs.step(0) > added  # as `batch_may_try`, row by row
-        return (self.rested >= self.patience) & self.left_for_try(self.patience) & hopeful
+        return due & (self.optimistic() * self.costs.step(0) > added)  # as `batch_may_try`, row by row
 
     def left_for_try(self, patience: int | Int[Tensor, " batch"]) -> Bool[Tensor, " batch"]:
         """The rows with more than twice `patience` tokens left in their budget: a try near a row's end teaches the
@@ -513,9 +516,15 @@ class DraftLength:
         whose guesses have so far cost more than they gained must not lower its bar for more of them."""
         return (self.gained / self.spent).clamp(min=1.0)
 
-    def step_costs(self, guesses: Sequence[int]) -> Float[Tensor, " steps"]:
-        """T(k) for each k in `guesses`, as a float64 tensor (on the CPU)."""
-        return torch.tensor([self.costs.step(k) for k in guesses], dtype=torch.float64, device="cpu")
+    def step_costs(self, guesses: Sequence[int] | Int[Tensor, " steps"]) -> Float[Tensor, " steps"]:
+        """T(k) for each k in `guesses`, as a float64 tensor (on the CPU), read from a table of T(0), T(1), ...
+        that is made once and grown as needed (the costs never change)."""
+        guesses = torch.as_tensor(guesses, dtype=torch.long, device="cpu")
+        most = int(guesses.max()) if guesses.numel() else 0
+        if most >= len(self.table):
+            steps = [self.costs.step(k) for k in range(2 * most + 1)]
+            self.table = torch.tensor(steps, dtype=torch.float64, device="cpu")
+        return self.table[guesses]
 
     def calibrated(self, confidence: Float[Tensor, "batch ..."]) -> Float[Tensor, "batch ..."]:
         """P(accepted | confidence), from this row's history in the confidence's bin, starting at the confidence
@@ -561,7 +570,7 @@ class DraftLength:
         )
         self.rested = torch.where(drew, 0, self.rested + 1)
         self.gained += accepted.double() + 1
-        self.spent += self.step_costs(drafted.tolist()).to(self.spent) + extra_cost
+        self.spent += self.step_costs(drafted.cpu()).to(self.spent) + extra_cost
         if not self.confidences:
             return
         confidence = torch.stack(self.confidences, dim=1)  # (batch, guesses)

@@ -28,8 +28,9 @@ that, `Lookahead()` decodes greedily. `lookahead_plan` words the choice, which `
 in `result.stats.choices` and `generate` turns into a `GreedyFallbackWarning` when it is greedy.
 
 The other measurements the rules weigh are kept here too, beside the forward costs: a batch's t(B, n)
-(`batch_seconds`, `batch_draft_costs`), a draft's acceptance (`draft_acceptance`), and one more depth of an EAGLE
-head's tree (`measure_depth_cost`, with its parts in `depth_timings`).
+(`batch_seconds`, `batch_draft_costs`), a draft's acceptance (`draft_acceptance`) and Jacobi's own
+(`jacobi_acceptance`), and one more depth of an EAGLE head's tree (`measure_depth_cost`, with its parts in
+`depth_timings`).
 """
 
 import os
@@ -43,7 +44,7 @@ from mtdecode import masks, store
 from mtdecode.drafting import BatchCosts, DraftCosts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.session import Choice
-from mtdecode.tensor_types import Float, Tensor
+from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.zoo.eagle import TREE_WIDTH, EagleHead, HeadRunner
 
 #: numbers of new tokens whose forward cost is measured
@@ -281,18 +282,59 @@ def draft_acceptance(target: CausalLM, draft: CausalLM) -> float:
 
 
 def _score_draft(target: CausalLM, draft: CausalLM) -> float:
+    text = _target_text(target, ACCEPTANCE_TOKENS)
+    with torch.no_grad():
+        guesses = Runner(draft, "tuning").extend(text.to(draft.device))[:, START:-1].argmax(-1)  # (1, tokens)
+    return float((guesses.to(text.device) == text[:, START + 1 :]).double().mean())
+
+
+def _target_text(target: CausalLM, greedy: int) -> Int[Tensor, "1 tokens"]:
+    """Token 0, then `START` tokens sampled from the target with a fixed seed, then `greedy` tokens of its greedy
+    continuation: text of the target's own on which a guesser is scored."""
     generator = torch.Generator().manual_seed(0)
     runner, text = Runner(target, "tuning"), torch.zeros(1, 1, dtype=torch.long, device=target.device)
     logits = runner.extend(text, logits_to_keep=1)[:, -1]  # (1, vocab)
     with torch.no_grad():
-        for i in range(START + ACCEPTANCE_TOKENS):  # a start sampled from the target, then its greedy text
+        for i in range(START + greedy):
             runner.cache.commit()
             sampled = torch.multinomial(torch.softmax(logits.double().cpu(), -1), 1, generator=generator)
             token = sampled.to(text.device) if i < START else logits.argmax(-1, keepdim=True)
             text = torch.cat([text, token], dim=1)
             logits = runner.extend(text[:, -1:], logits_to_keep=1)[:, -1]
-        guesses = Runner(draft, "tuning").extend(text.to(draft.device))[:, START:-1].argmax(-1)  # (1, tokens)
-    return float((guesses.to(text.device) == text[:, START + 1 :]).double().mean())
+    return text
+
+
+def jacobi_acceptance(target: CausalLM) -> float:
+    """How often a Jacobi guess at the first place of the block is accepted: Jacobi decoding with one guess per
+    step, greedy, for `ACCEPTANCE_TOKENS` tokens after the start that `draft_acceptance` uses; its accepted guesses
+    over its steps. `Jacobi`'s rule takes it as the first place's prior: guesses made after a wrong token seldom
+    converge on real text (the papers' plain Jacobi gains a few percent of tokens per step), and an even chance
+    instead made the rule verify a dozen guesses before their record said they do not pay. Measured once per model
+    and host and kept on disk (`mtdecode.store`), like the costs."""
+
+    def score() -> dict:
+        text = _target_text(target, 0)[0].tolist()
+        kept = jacobi_guesses(target, text, text[-1], ACCEPTANCE_TOKENS)  # any start converges: a prompt token
+        return {"acceptance": sum(kept) / len(kept)}
+
+    key = {"target": store.module_key(target.hf) | {"weights": store.weights_key(target.hf)}, "host": store.host_key()}
+    return store.kept("jacobi-acceptance", key, score)["acceptance"]
+
+
+def jacobi_guesses(target: CausalLM, text: list[int], guess: int, tokens: int) -> list[bool]:
+    """Whether each step of `Jacobi(block=1)` (`mtdecode.strategies.jacobi`, greedy) kept its guess, from `text` and a
+    first `guess` until at least `tokens` new tokens. Each step is one forward over the whole text and the guess, with
+    no cache (the text is short): the guess is kept if it is the target's token after the text, and the next guess
+    is the target's token after the guess (the Jacobi update, which repeats the new token after a kept guess)."""
+    kept, start = [], len(text)
+    with torch.no_grad():
+        while len(text) - start < tokens:
+            fed = torch.tensor([text + [guess]], device=target.device)
+            after_text, after_guess = Runner(target, "tuning").extend(fed, logits_to_keep=2)[0].argmax(-1).tolist()
+            kept.append(guess == after_text)
+            text = text + ([guess, after_guess] if kept[-1] else [after_text])
+            guess = after_guess
+    return kept
 
 
 def draft_costs(target: CausalLM, draft: CausalLM, *, longest: int = 32) -> DraftCosts:
@@ -545,8 +587,9 @@ def depth_timings(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) 
 
 def record_reference() -> None:
     """Measure the reference costs (`mtdecode.store.REFERENCE`) that the course's notebooks read: the default model's
-    forward costs, its draft's, one more depth of its EAGLE head's tree at the default width, and the draft's
-    acceptance (`draft_acceptance`). Run it on an idle host; it replaces what was there."""
+    forward costs, its draft's, one more depth of its EAGLE head's tree at the default width, the draft's
+    acceptance (`draft_acceptance`) and Jacobi's (`jacobi_acceptance`). Run it on an idle host; it replaces what
+    was there."""
     from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL, EAGLE_MODEL, load_model
 
     for path in store.REFERENCE.glob("*.json"):
@@ -557,6 +600,7 @@ def record_reference() -> None:
     forward_costs(target), forward_costs(draft)
     measure_depth_cost(target, load_model(EAGLE_MODEL), TREE_WIDTH)
     draft_acceptance(target, draft)
+    jacobi_acceptance(target)
     for path in sorted(store.REFERENCE.glob("*.json")):
         print(path.name)
 

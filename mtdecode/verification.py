@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mtdecode.plain import prefill, sample_next
 from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
@@ -222,6 +223,7 @@ def verify_chain(
     Feeds every row's unread committed tokens and its guesses left to right (-1 pads a row
     with fewer guesses), applies `verify_candidates` with the guesses as the only candidate,
     rolls the cache back to the accepted tokens and commits them with the target's own token.
+    Where no row has a guess, the step is a plain one (`mtdecode.plain`), without the rule's bookkeeping.
 
     **Returns:**
 
@@ -229,6 +231,11 @@ def verify_chain(
     for strategies that make their next guesses from them, and each row's accepted count.
     """
     k = guesses.shape[1]
+    if k == 0:  # no row verifies a guess: a plain step at greedy cost, p's own draw as the rule's with no candidate
+        none = torch.zeros(s.batch, dtype=torch.long, device=s.device)
+        logits = prefill(s)  # (batch, vocab), after every row's unread tokens
+        steps = s.commit(sample_next(s, logits)[:, None], 1, drafted=none, accepted=none)
+        return steps, logits[:, None], none
     fed = [row + guess for row, guess in zip(s.unread(s.target), guesses.clamp(min=0).tolist(), strict=True)]
     logits = s.target.extend(fed, logits_to_keep=k + 1)  # (batch, k + 1, vocab)
     verdict = verify_logits(s.sampler, logits[:, 0], logits[:, None, 1:], guesses[:, None, :], s.random, s.active)

@@ -327,15 +327,55 @@ def test_jacobi_verifies_the_guesses_that_pay_and_moves_the_others_on():
 def test_jacobis_later_places_start_from_the_place_before():
     """`PlaceRecord`: the first place starts from an even chance, each later one from the estimate of the place
     before it, so a block whose first guess failed 10 times in 10 is not kept worth verifying by its later places'
-    short records (an even chance each would give E(3) = 1 + 1/12 + 1/24 + 1/48)."""
+    short records (an even chance each would give them 1/2 where the first place has 1/12)."""
     from mtdecode.strategies.jacobi import PlaceRecord
 
     record = PlaceRecord(1, 3)
     for _ in range(10):
         record.add(torch.tensor([3]), torch.tensor([0]))
     first = (0 + 2 * 0.5) / (10 + 2)
-    expected = [1 + sum(first**i for i in range(1, k + 1)) for k in range(4)]  # 1, 1 + p, 1 + p + p^2, ...
-    assert record.expected(3)[0].tolist() == pytest.approx(expected)
+    assert record.chances(3)[0].tolist() == pytest.approx([first] * 3)
+
+
+def test_jacobis_first_place_starts_from_the_models_measured_acceptance(tmp_path, monkeypatch):
+    """`tuning.jacobi_acceptance` is a chance, measured once per model and kept on disk; `Jacobi`'s rule starts its
+    first place there: at one row, where a guess costs 0.05 of a forward, a prior of 1/2 verifies guesses in the first
+    step, and one of 0.02 verifies none until the row has rested its patience (then it may try one)."""
+    from mtdecode.drafting import PATIENCE
+    from mtdecode.strategies import jacobi
+
+    monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
+    target = pair()[0]
+    measured = tuning.jacobi_acceptance(mtdecode.CausalLM(target))
+    assert 0 <= measured <= 1
+    monkeypatch.setattr(tuning, "_target_text", lambda *_: pytest.fail("measured twice"))
+    assert tuning.jacobi_acceptance(mtdecode.CausalLM(target)) == measured
+    # the measurement's steps are Jacobi(block=1)'s, started from the same guess
+    for text, guess in (([1, 2, 3], 3), ([5, 9, 9, 9], 9), ([4], 7)):
+        monkeypatch.setattr(jacobi, "prompt_tokens", lambda s, n, g=guess: torch.full((s.batch, n), g))
+        steps = mtdecode.generate(target, text, Jacobi(block=1), max_new_tokens=16).steps
+        theirs = [step.accepted > 0 for step in steps if step.drafted]
+        assert tuning.jacobi_guesses(mtdecode.CausalLM(target), text, guess, 16)[: len(theirs)] == theirs
+    runs = {a: mtdecode.generate(target, [1, 2, 3], Jacobi(costs=linear(0.0, 0.05), acceptance=a), max_new_tokens=12)
+            for a in (0.5, 0.02)}  # fmt: skip
+    assert runs[0.5].steps[0].drafted > 0
+    assert not any(step.drafted for step in runs[0.02].steps[:PATIENCE])
+    for run in runs.values():
+        assert run.row(0) == greedy_tokens(target, [1, 2, 3], 12)
+    for nonsense in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="acceptance"):
+            Jacobi(acceptance=nonsense)
+
+
+def test_lookaheads_candidates_of_every_rank_are_expected_to_bring_one_candidate_at_most():
+    """`CandidateRecord` before any step: a step accepts one candidate at most, so verifying g of them is expected to
+    bring 1 + (1 - 2^-g) tokens (ranks' priors 1/2, 1/4, ...; one token per accepted candidate), never 2 or more (an
+    even chance for each rank would expect 1 + g/2)."""
+    from mtdecode.strategies.lookahead import CandidateRecord
+
+    expected = CandidateRecord(2, 7).expected(7)
+    assert expected[0].tolist() == pytest.approx([2 - 0.5**g for g in range(8)])
+    assert bool((expected < 2).all())
 
 
 def test_a_lookahead_window_of_one_column_and_one_row_feeds_x0_alone(monkeypatch):

@@ -19,8 +19,10 @@ it is faster when several guesses converge at once. Lookahead decoding
 A forward over 1 + b tokens costs more than one over 1 token, though (on a CPU, and for a batch
 of rows far more), and on real text plain Jacobi's guesses seldom converge. So by default
 (`block=None`) each step verifies only as many guesses as are expected to pay for their place in
-the forward (`DraftLength.plan_expected` in `mtdecode.drafting`, judged from how often guesses at
-each place of the block were accepted so far, `PlaceRecord`), at most `max_block`, down to none:
+the forward (`DraftLength.plan` in `mtdecode.drafting`, judged from how often guesses at each place of
+the block were accepted so far, `PlaceRecord`, starting from how often the model's first guesses are accepted,
+`tuning.jacobi_acceptance`; the rule calibrates those chances as it does prompt lookup's), at most `max_block`,
+down to none:
 a plain step at greedy cost, after which the row's guesses wait, one place on, for the next step
 that verifies them. `Jacobi(block=b)` verifies b guesses every step, as the papers do.
 """
@@ -40,7 +42,6 @@ from mtdecode.drafting import (
     chain_outcome,
     check_counts,
     drafting_choice,
-    expected_tokens,
     pooled,
 )
 from mtdecode.session import Choice, Session, Step
@@ -62,14 +63,20 @@ class Jacobi:
     - `max_block`: the guesses the rows keep, and the most a step verifies when `block` is None.
     - `costs`: what the rule weighs: `BatchCosts` or one row's `DraftCosts`, as in `Speculative`; None: the batch's
       forward-cost curve measured on this host (`mtdecode.tuning.batch_draft_costs`).
+    - `acceptance`: the rule's prior chance that a guess at the block's first place is accepted, before the run has
+      verified any; None: the model's, measured once on this host and kept on disk
+      (`mtdecode.tuning.jacobi_acceptance`). Pass it with `costs` to make a run repeat on another host.
     """
 
     block: int | None = None
     max_block: int = 8
     costs: DraftCosts | BatchCosts | None = None
+    acceptance: float | None = None
 
     def __post_init__(self) -> None:
         check_counts(self, ("block", "max_block"), optional=["block"])
+        if self.acceptance is not None and not 0 <= self.acceptance <= 1:
+            raise ValueError(f"acceptance must be a chance in [0, 1], got {self.acceptance}")
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
         most = self.block or self.max_block
@@ -77,51 +84,66 @@ class Jacobi:
         rule = record = None
         if self.block is None:
             costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch, longest=most + 1)
-            rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
-            record = PlaceRecord(s.batch, most, pooled=rule.together)
+            prior = tuning.jacobi_acceptance(s.target.model) if self.acceptance is None else self.acceptance
+            rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior)
+            record = PlaceRecord(s.batch, most, pooled=rule.together, first=prior)
             s.record_choice(lambda: block_choice(rule, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(most)  # (batch,): the step adds one token of its own
             if rule is not None:  # how many of them pay, by the record of each place
-                k = rule.plan_expected(record.expected(most).to(s.device), k, s.active)
+                k = rule.plan(record.chances(most).to(s.device), k, s.active)
             steps, logits, accepted = verify_chain(s, up_to(guesses, k))  # steps 1-2
             if rule is not None:
                 rule.record(k, accepted)
                 record.add(k.cpu(), accepted.cpu())
             yield steps
             verified = (k > 0)[:, None]  # a row that verified none moves its guesses on one place and waits
-            guesses = torch.where(verified, jacobi_update(logits, accepted, k, most), moved_on(guesses))  # step 3
+            if bool(verified.any()):
+                guesses = torch.where(verified, jacobi_update(logits, accepted, k, most), moved_on(guesses))  # step 3
+            else:
+                guesses = moved_on(guesses)
 
 
 class PlaceRecord:
     """How often a guess at each place of the block was accepted, given the guesses before it were, over the steps
     that verified it; with `pooled`, every row's record together (the batch rule: the rows share the model and learn
-    as many times faster as they are). The prior of the first place is an even chance, that of each later place the
-    estimate of the place before it (`PRIOR` guesses' worth): a later place is verified only after the guesses
-    before it were accepted, so its own record stays short, and an even chance there would keep a block whose first
-    guess is seldom right worth verifying."""
+    as many times faster as they are). The prior of the first place is `first` (`Jacobi` passes the model's measured
+    `tuning.jacobi_acceptance`), that of each later place the estimate of the place before it (`PRIOR` guesses'
+    worth each): a later place is verified only after the guesses before it were accepted, so its own record stays
+    short, and an even chance there would keep a block whose first guess is seldom right worth verifying."""
 
-    def __init__(self, batch: int, places: int, pooled: bool = False) -> None:
+    def __init__(self, batch: int, places: int, pooled: bool = False, first: float = 0.5) -> None:
         self.hits = torch.zeros(batch, places, dtype=torch.float64, device="cpu")
         self.tries = torch.zeros(batch, places, dtype=torch.float64, device="cpu")
         self.pooled = pooled
+        self.first = first
+        self.known: dict[int, Float[Tensor, "batch place"]] = {}  # `chances` by width, until the record changes
 
-    def expected(self, width: int) -> Float[Tensor, "batch options"]:
-        """E(0..width): the tokens a step is expected to commit when it verifies the first k guesses, k = 0..width."""
+    def chances(self, width: int) -> Float[Tensor, "batch place"]:
+        """P(guess i + 1 accepted | guesses 1..i were) for the first `width` places, per row."""
+        if width not in self.known:
+            self.known[width] = self.estimate(width)
+        return self.known[width]
+
+    def estimate(self, width: int) -> Float[Tensor, "batch place"]:
+        """`chances`, worked out from the record."""
         hits, tries = self.hits[:, :width], self.tries[:, :width]
         if self.pooled:
             hits, tries = pooled(hits), pooled(tries)
-        chance, prior = torch.empty_like(hits), hits.new_full((hits.shape[0],), 0.5)  # (batch, place)
+        chance, prior = torch.empty_like(hits), hits.new_full((hits.shape[0],), self.first)  # (batch, place)
         for place in range(hits.shape[1]):  # P(guess i accepted | guesses before it were), the next place's prior
             prior = (hits[:, place] + PRIOR * prior) / (tries[:, place] + PRIOR)
             chance[:, place] = prior
-        return expected_tokens(chance.cumprod(1))  # from pi_i: guesses 1..i all accepted
+        return chance
 
     def add(self, verified: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         """After verification: guesses 1..accepted held, guess accepted + 1 (if verified) did not."""
+        if not bool((verified > 0).any()):  # a step without guesses leaves the record as it was
+            return
         tried, hit = chain_outcome(verified, accepted, self.hits.shape[1])
         self.tries += tried.double()
         self.hits += hit.double()
+        self.known.clear()
 
 
 def block_choice(rule: DraftLength, steps: list[Step]) -> Choice:

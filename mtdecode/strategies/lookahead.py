@@ -168,11 +168,14 @@ class NgramPool:
 
 class CandidateRecord:
     """How often this row's candidate of each rank (0: the pool's most recent) was the accepted one, and how many
-    tokens an accepted candidate brought, over the steps that verified it; an even chance and one token as priors.
+    tokens an accepted candidate brought, over the steps that verified it; one token, and for rank j a chance of
+    1 / 2^(j + 1) (two steps' worth), as priors.
 
     The candidates of one step start with different tokens or share a prefix; a step accepts one of them at most,
     so the expected tokens of verifying the first g are about 1 + L (h_0 + ... + h_{g-1}), with h_j the rank's
-    rate and L the tokens per accepted candidate."""
+    rate and L the tokens per accepted candidate. For the same reason the ranks' chances add up to at most 1, and
+    so do their priors: an even chance for each rank, as before, expected a row's first step that verified 7
+    candidates to gain 3.5 candidates' tokens."""
 
     def __init__(self, batch: int, ranks: int) -> None:
         self.hits = torch.zeros(batch, ranks, dtype=torch.float64, device="cpu")
@@ -181,7 +184,8 @@ class CandidateRecord:
 
     def expected(self, width: int) -> Float[Tensor, "batch options"]:
         """E(0..width): expected tokens of a step that verifies the first g candidates, g = 0..width."""
-        rate = (self.hits[:, :width] + 1) / (self.tries[:, :width] + 2)  # (batch, width)
+        prior = 0.5 ** torch.arange(1, width + 1, dtype=torch.float64, device="cpu")  # (width,): 1/2, 1/4, ...
+        rate = (self.hits[:, :width] + 2 * prior) / (self.tries[:, :width] + 2)  # (batch, width)
         per_hit = (self.tokens + 1) / (self.hits.sum(1) + 1)  # (batch,)
         gain = torch.cat([rate.new_zeros(rate.shape[0], 1), rate.cumsum(1)], dim=1)  # (batch, width + 1)
         return 1 + per_hit[:, None] * gain
