@@ -571,7 +571,7 @@ class DraftLength:
         self.rested = torch.where(drew, 0, self.rested + 1)
         self.gained += accepted.double() + 1
         self.spent += self.step_costs(drafted.cpu()).to(self.spent) + extra_cost
-        if not self.confidences:
+        if not self.confidences or not bool((drafted > 0).any()):  # no guess was verified: nothing to calibrate
             return
         confidence = torch.stack(self.confidences, dim=1)  # (batch, guesses)
         self.calibrate(confidence, *chain_outcome(drafted, accepted, confidence.shape[1]))
