@@ -33,6 +33,7 @@ The other measurements the rules weigh are kept here too, beside the forward cos
 `depth_timings`).
 """
 
+import functools
 import os
 import statistics
 import time
@@ -394,13 +395,23 @@ def choose(
 ) -> tuple[int, int, int]:
     """The (W, N, G) with the best predicted speed-up; a value given is kept as it is.
 
-    G = 0 is never chosen: a window whose n-grams nobody verifies costs and yields nothing.
+    G = 0 is never chosen: a window whose n-grams nobody verifies costs and yields nothing. The search (about 1,800
+    settings, 10 ms) runs once per costs and values given in a process, not in every `Lookahead` call.
     """
+    return _choose(tuple(sorted(costs.items())), window, ngram, guesses, prompt_pool)
+
+
+@functools.lru_cache(maxsize=256)
+def _choose(
+    costs: tuple[tuple[int, float], ...], window: int | None, ngram: int | None, guesses: int | None, prompt_pool: bool
+) -> tuple[int, int, int]:
+    """`choose`, for costs given as sorted (tokens, seconds) pairs, which can be a cache's key."""
+    table = dict(costs)
     best: tuple[float, tuple[int, int, int]] | None = None
     for w in [window] if window is not None else range(1, MAX_WINDOW + 1):
         for n in [ngram] if ngram is not None else range(2, MAX_NGRAM + 1):
             for g in [guesses] if guesses is not None else range(1, MAX_GUESSES + 1):
-                speed = predicted_speedup(costs, w, n, g, prompt_pool=prompt_pool)
+                speed = predicted_speedup(table, w, n, g, prompt_pool=prompt_pool)
                 if best is None or speed > best[0]:
                     best = (speed, (w, n, g))
     assert best is not None  # every range above is non-empty
