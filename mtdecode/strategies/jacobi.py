@@ -19,12 +19,12 @@ it is faster when several guesses converge at once. Lookahead decoding
 A forward over 1 + b tokens costs more than one over 1 token, though (on a CPU, and for a batch
 of rows far more), and on real text plain Jacobi's guesses seldom converge. So by default
 (`block=None`) each step verifies only as many guesses as are expected to pay for their place in
-the forward (`DraftLength.plan` in `mtdecode.drafting`, judged from how often guesses at each place of
-the block were accepted so far, `PlaceRecord`, starting from how often the model's first guesses are accepted,
-`tuning.jacobi_acceptance`; the rule calibrates those chances as it does prompt lookup's), at most `max_block`,
-down to none:
-a plain step at greedy cost, after which the row's guesses wait, one place on, for the next step
-that verifies them. `Jacobi(block=b)` verifies b guesses every step, as the papers do.
+the forward, at most `max_block`, down to none: a plain step at greedy cost, after which the row's
+guesses wait, one place on, for the next step that verifies them. The rule is `DraftLength.plan` in
+`mtdecode.drafting`, judging each place by how often guesses there were accepted so far
+(`PlaceRecord`), starting from how often the model's first guesses are accepted
+(`tuning.jacobi_acceptance`), and calibrating those chances as it does prompt lookup's.
+`Jacobi(block=b)` verifies b guesses every step, as the papers do.
 """
 
 from collections.abc import Iterator
