@@ -13,9 +13,11 @@ of its pair's ratio, with the lowest and highest: a busy stretch of the host the
 pair alike, where the summed tokens/s compare runs up to a round apart.
 
 For each batch it prints the measured forward costs t(B, n) / t(B, 1) that the rules weigh
-(`mtdecode.tuning.batch_seconds`), then per strategy: tokens/s, the ratio to batched greedy,
-tokens per row forward, rows identical to batched greedy's, what the strategy chose
-(`result.stats.choices`), and, where a strategy lands below 0.97x, the measurement that limits it.
+(`mtdecode.tuning.batch_seconds`), then per strategy: tokens/s, the ratio to batched greedy, the
+modelled ratio (the last run's target and draft forwards priced by the measured t(B, n), against
+greedy's priced alike: a figure without the host's scatter, which leaves out EAGLE's head and every
+step's bookkeeping), tokens per row forward, rows identical to batched greedy's, what the strategy
+chose (`result.stats.choices`), and, where a strategy lands below 0.97x, the measurement that limits it.
 
     python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 2 4 8 16 32]
                                           [--sets mixed code] [--strategies eagle ...] [--paired]
@@ -23,6 +25,7 @@ tokens per row forward, rows identical to batched greedy's, what the strategy ch
 """
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
@@ -32,6 +35,7 @@ import torch
 from tqdm import tqdm
 
 import mtdecode
+from mtdecode import model as adapter
 from mtdecode import tuning
 from mtdecode.bench import load_suite
 from mtdecode.strategies import REGISTRY, Autoregressive, needs_draft
@@ -65,6 +69,31 @@ def ours(model, prompts, new_tokens, eos, strategy):
     return [result.row(b) for b in range(len(prompts))], result.stats
 
 
+@contextlib.contextmanager
+def forwards_fed(models: dict):
+    """Record (name, rows, new tokens per row) of every forward of the named `CausalLM`s (`models`: name -> model)
+    while the block runs, in a list it yields."""
+    fed, run = [], adapter.CausalLM._run
+    names = {id(m): name for name, m in models.items()}
+
+    def recorded(self, input_ids, *args, **kwargs):
+        if id(self) in names:
+            fed.append((names[id(self)], *input_ids.shape))
+        return run(self, input_ids, *args, **kwargs)
+
+    adapter.CausalLM._run = recorded
+    try:
+        yield fed
+    finally:
+        adapter.CausalLM._run = run
+
+
+def modelled_seconds(fed: list, models: dict) -> float:
+    """What the recorded forwards cost by the forward costs measured on this host (`tuning.batch_seconds`): a figure
+    without the host's scatter, and without anything besides the forwards (EAGLE's head, the steps' bookkeeping)."""
+    return sum(tuning.batch_seconds(models[name], rows, tokens) for name, rows, tokens in fed)
+
+
 def theirs(model, prompts, new_tokens, eos):
     """transformers' generate on left-padded prompts: each row's tokens up to EOS."""
     width = max(map(len, prompts))
@@ -77,19 +106,23 @@ def theirs(model, prompts, new_tokens, eos):
     return [up_to_eos(row, eos) for row in out[:, width:].tolist()], None
 
 
-def race(runners: dict, rounds: int, label: str, paired: bool = False) -> dict:
-    """Run every runner `rounds` times, rotating who goes first; sum seconds and tokens, keep the last stats. With
-    `paired`, each other runner's run is paired with a greedy run beside it, and its pairs' ratios are kept."""
-    totals = {name: {"seconds": 0.0, "tokens": 0, "rows": None, "stats": None, "pairs": []} for name in runners}
+def race(runners: dict, rounds: int, label: str, paired: bool = False, models: dict | None = None) -> dict:
+    """Run every runner `rounds` times, rotating who goes first; sum seconds and tokens, keep the last stats and, for
+    the named `models`, the modelled seconds of the last run's forwards (`modelled_seconds`). With `paired`, each other
+    runner's run is paired with a greedy run beside it, and its pairs' ratios are kept."""
+    totals = {name: {"seconds": 0.0, "tokens": 0, "rows": None, "stats": None, "pairs": [], "modelled": None}
+              for name in runners}  # fmt: skip
     names = list(runners)
 
     def run(name: str) -> float:
-        start = time.perf_counter()
-        rows, stats = runners[name]()
-        seconds = time.perf_counter() - start
+        with forwards_fed(models or {}) as fed:
+            start = time.perf_counter()
+            rows, stats = runners[name]()
+            seconds = time.perf_counter() - start
         totals[name]["seconds"] += seconds
         totals[name]["tokens"] += sum(map(len, rows))
         totals[name]["rows"], totals[name]["stats"] = rows, stats
+        totals[name]["modelled"] = modelled_seconds(fed, models) if fed else None
         return sum(map(len, rows)) / seconds
 
     for r in tqdm(range(rounds), desc=label, unit="round", leave=False):
@@ -164,13 +197,17 @@ def main() -> None:
             runners["transformers"] = lambda p=prompts: theirs(model, p, args.new_tokens, eos)
             for name, strategy in made.items():
                 runners[name] = lambda p=prompts, s=strategy: ours(model, p, args.new_tokens, eos, s)
-            t = race(runners, args.rounds, f"batch {batch}, {set_name}", args.paired)
+            models = {"target": model, "draft": draft}
+            t = race(runners, args.rounds, f"batch {batch}, {set_name}", args.paired, models)
             base = t["greedy"]["tokens"] / t["greedy"]["seconds"]
+            base_modelled = sum(map(len, t["greedy"]["rows"])) / t["greedy"]["modelled"]
             print(f"\n== batch {batch}, {set_name} prompts: {cost_line(model, batch)}")
             paired = f" {'paired (lowest-highest)':>24}" if args.paired else ""
-            print(f"  {'':14} {'tok/s':>7} {'vs greedy':>9}{paired} {'tok/fwd':>7} {'same':>6}  chosen")
+            print(f"  {'':14} {'tok/s':>7} {'vs greedy':>9}{paired} {'modelled':>8} {'tok/fwd':>7} {'same':>6}  chosen")
             for name, v in t.items():
                 speed = v["tokens"] / v["seconds"]
+                modelled = None if v["modelled"] is None else sum(map(len, v["rows"])) / v["modelled"] / base_modelled
+                shown = "" if modelled is None else f"{modelled:.2f}x"
                 same = sum(a == b for a, b in zip(v["rows"], t["greedy"]["rows"], strict=True))
                 stats = v["stats"]
                 per_forward = "" if stats is None else f"{stats.tokens_per_forward:7.2f}"
@@ -178,13 +215,14 @@ def main() -> None:
                 pairs = v["pairs"]
                 ratio = f"{statistics.median(pairs):.2f}x ({min(pairs):.2f}-{max(pairs):.2f})" if pairs else ""
                 paired = f" {ratio:>24}" if args.paired else ""
-                line = f"  {name:14} {speed:7.1f} {speed / base:8.2f}x{paired} {per_forward:>7} {same:>3}/{batch:<2}"
+                line = (f"  {name:14} {speed:7.1f} {speed / base:8.2f}x{paired} {shown:>8} {per_forward:>7} "
+                        f"{same:>3}/{batch:<2}")  # fmt: skip
                 print(f"{line}  {chosen}")
                 if name in made and (statistics.median(pairs) if pairs else speed / base) < FLOOR:
                     print(f"  {'':14} below {FLOOR}x: {limit(name, stats, model, draft, batch)}")
                 figures.append({
                     "batch": batch, "prompts": set_name, "runner": name, "tokens_per_second": speed,
-                    "vs_greedy": speed / base, "identical_rows": same, "paired_ratios": pairs,
+                    "vs_greedy": speed / base, "identical_rows": same, "paired_ratios": pairs, "modelled": modelled,
                     "tokens_per_forward": None if stats is None else stats.tokens_per_forward,
                     "choices": [f"{c.strategy}: {c.setting}: {c.reason}" for c in (stats.choices if stats else ())],
                 })  # fmt: skip
