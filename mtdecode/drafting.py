@@ -207,8 +207,7 @@ class DraftLength:
         acceptance: float = 0.5,
         wait_first: bool = False,
     ) -> None:
-        if not 0 <= acceptance <= 1:
-            raise ValueError(f"acceptance must be a chance in [0, 1], got {acceptance}")
+        check_chance("acceptance", acceptance)
         self.prior = acceptance
         #: whether the batch is weighed as one (the batch rule); else each row alone
         self.together = isinstance(costs, BatchCosts) and batch > 1
@@ -673,6 +672,12 @@ def check_counts(strategy: object, names: Sequence[str], *, optional: Sequence[s
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def check_chance(name: str, value: float) -> None:
+    """Raise ValueError unless `value` (the setting called `name`) is a chance in [0, 1]."""
+    if not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a chance in [0, 1], got {value}")
 
 
 def bin_of(confidence: Float[Tensor, "*shape"]) -> Int[Tensor, "*shape"]:

@@ -40,6 +40,7 @@ from mtdecode.drafting import (
     DraftCosts,
     DraftLength,
     chain_outcome,
+    check_chance,
     check_counts,
     drafting_choice,
     pooled,
@@ -75,8 +76,8 @@ class Jacobi:
 
     def __post_init__(self) -> None:
         check_counts(self, ("block", "max_block"), optional=["block"])
-        if self.acceptance is not None and not 0 <= self.acceptance <= 1:
-            raise ValueError(f"acceptance must be a chance in [0, 1], got {self.acceptance}")
+        if self.acceptance is not None:
+            check_chance("acceptance", self.acceptance)
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
         most = self.block or self.max_block
