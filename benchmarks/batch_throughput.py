@@ -16,8 +16,10 @@ For each batch it prints the measured forward costs t(B, n) / t(B, 1) that the r
 (`mtdecode.tuning.batch_seconds`), then per strategy: tokens/s, the ratio to batched greedy, the
 modelled ratio (the last run's target and draft forwards priced by the measured t(B, n), against
 greedy's priced alike: a figure without the host's scatter, which leaves out EAGLE's head and every
-step's bookkeeping), tokens per row forward, rows identical to batched greedy's, what the strategy
-chose (`result.stats.choices`), and, where a strategy lands below 0.97x, the measurement that limits it.
+step's bookkeeping), the milliseconds per target forward that the last run spent outside the forwards ("beside":
+that bookkeeping, and EAGLE's head), tokens per row forward, rows identical to batched greedy's, what the
+strategy chose (`result.stats.choices`), and, where a strategy lands below 0.97x, the measurement that limits it:
+the cost beside the forwards where the forwards alone reach 0.97x, else t(B, n) against the rows' acceptance.
 
     python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 2 4 8 16 32]
                                           [--sets mixed code] [--strategies eagle ...] [--paired]
@@ -71,15 +73,18 @@ def ours(model, prompts, new_tokens, eos, strategy):
 
 @contextlib.contextmanager
 def forwards_fed(models: dict):
-    """Record (name, rows, new tokens per row) of every forward of the named `CausalLM`s (`models`: name -> model)
-    while the block runs, in a list it yields."""
+    """Record (name, rows, new tokens per row, seconds) of every forward of the named `CausalLM`s (`models`: name ->
+    model) while the block runs, in a list it yields."""
     fed, run = [], adapter.CausalLM._run
     names = {id(m): name for name, m in models.items()}
 
     def recorded(self, input_ids, *args, **kwargs):
-        if id(self) in names:
-            fed.append((names[id(self)], *input_ids.shape))
-        return run(self, input_ids, *args, **kwargs)
+        if id(self) not in names:
+            return run(self, input_ids, *args, **kwargs)
+        start = time.perf_counter()
+        out = run(self, input_ids, *args, **kwargs)
+        fed.append((names[id(self)], *input_ids.shape, time.perf_counter() - start))
+        return out
 
     adapter.CausalLM._run = recorded
     try:
@@ -91,7 +96,14 @@ def forwards_fed(models: dict):
 def modelled_seconds(fed: list, models: dict) -> float:
     """What the recorded forwards cost by the forward costs measured on this host (`tuning.batch_seconds`): a figure
     without the host's scatter, and without anything besides the forwards (EAGLE's head, the steps' bookkeeping)."""
-    return sum(tuning.batch_seconds(models[name], rows, tokens) for name, rows, tokens in fed)
+    return sum(tuning.batch_seconds(models[name], rows, tokens) for name, rows, tokens, _ in fed)
+
+
+def beside_forwards(seconds: float, fed: list) -> float:
+    """Milliseconds per target forward that a run spent outside the recorded forwards: each step's bookkeeping
+    (verification, cache roll-back, the rules, Python), and EAGLE's head."""
+    steps = sum(name == "target" for name, *_ in fed)
+    return 1000 * (seconds - sum(spent for *_, spent in fed)) / max(steps, 1)
 
 
 def theirs(model, prompts, new_tokens, eos):
@@ -110,8 +122,8 @@ def race(runners: dict, rounds: int, label: str, paired: bool = False, models: d
     """Run every runner `rounds` times, rotating who goes first; sum seconds and tokens, keep the last stats and, for
     the named `models`, the modelled seconds of the last run's forwards (`modelled_seconds`). With `paired`, each other
     runner's run is paired with a greedy run beside it, and its pairs' ratios are kept."""
-    totals = {name: {"seconds": 0.0, "tokens": 0, "rows": None, "stats": None, "pairs": [], "modelled": None}
-              for name in runners}  # fmt: skip
+    totals = {name: {"seconds": 0.0, "tokens": 0, "rows": None, "stats": None, "pairs": [], "modelled": None,
+                     "beside": None} for name in runners}  # fmt: skip
     names = list(runners)
 
     def run(name: str) -> float:
@@ -123,6 +135,7 @@ def race(runners: dict, rounds: int, label: str, paired: bool = False, models: d
         totals[name]["tokens"] += sum(map(len, rows))
         totals[name]["rows"], totals[name]["stats"] = rows, stats
         totals[name]["modelled"] = modelled_seconds(fed, models) if fed else None
+        totals[name]["beside"] = beside_forwards(seconds, fed) if fed else None
         return sum(map(len, rows)) / seconds
 
     for r in tqdm(range(rounds), desc=label, unit="round", leave=False):
@@ -154,9 +167,16 @@ def cost_line(model, batch: int) -> str:
     return f"t({batch}, n) / t({batch}, 1): {curve}; t({batch}, 1) = {one / unit:.2f} t(1, 1)"
 
 
-def limit(name: str, stats, model, draft, batch: int) -> str:
-    """The measurement that keeps a strategy below the floor: what one more verified token (and a draft forward)
-    costs at this batch, against the acceptance the rows showed."""
+def limit(name: str, stats, model, draft, batch: int, modelled: float | None, beside: tuple[float, float]) -> str:
+    """The measurement that keeps a strategy below the floor. Where its forwards alone, priced by t(B, n), reach the
+    floor (`modelled`), what the steps spend beside them (`beside`: this run's and greedy's milliseconds per target
+    forward); else what one more verified token (and a draft forward) costs at this batch, against the acceptance
+    the rows showed."""
+    if modelled is not None and modelled >= FLOOR:
+        return (
+            f"limited by the steps' cost beside the forwards: their forwards alone model {modelled:.2f}x, and the run "
+            f"spent {beside[0]:.1f} ms per target forward outside them against greedy's {beside[1]:.1f} ms"
+        )
     one = tuning.batch_seconds(model, batch, 1)
     added = tuning.batch_seconds(model, batch, 2) / one - 1
     if needs_draft(REGISTRY[name]):
@@ -203,11 +223,15 @@ def main() -> None:
             base_modelled = sum(map(len, t["greedy"]["rows"])) / t["greedy"]["modelled"]
             print(f"\n== batch {batch}, {set_name} prompts: {cost_line(model, batch)}")
             paired = f" {'paired (lowest-highest)':>24}" if args.paired else ""
-            print(f"  {'':14} {'tok/s':>7} {'vs greedy':>9}{paired} {'modelled':>8} {'tok/fwd':>7} {'same':>6}  chosen")
+            print(
+                f"  {'':14} {'tok/s':>7} {'vs greedy':>9}{paired} {'modelled':>8} {'beside':>6} {'tok/fwd':>7} "
+                f"{'same':>6}  chosen"
+            )
             for name, v in t.items():
                 speed = v["tokens"] / v["seconds"]
                 modelled = None if v["modelled"] is None else sum(map(len, v["rows"])) / v["modelled"] / base_modelled
                 shown = "" if modelled is None else f"{modelled:.2f}x"
+                beside = "" if v["beside"] is None else f"{v['beside']:.1f}"
                 same = sum(a == b for a, b in zip(v["rows"], t["greedy"]["rows"], strict=True))
                 stats = v["stats"]
                 per_forward = "" if stats is None else f"{stats.tokens_per_forward:7.2f}"
@@ -215,14 +239,16 @@ def main() -> None:
                 pairs = v["pairs"]
                 ratio = f"{statistics.median(pairs):.2f}x ({min(pairs):.2f}-{max(pairs):.2f})" if pairs else ""
                 paired = f" {ratio:>24}" if args.paired else ""
-                line = (f"  {name:14} {speed:7.1f} {speed / base:8.2f}x{paired} {shown:>8} {per_forward:>7} "
-                        f"{same:>3}/{batch:<2}")  # fmt: skip
+                line = (f"  {name:14} {speed:7.1f} {speed / base:8.2f}x{paired} {shown:>8} {beside:>6} "
+                        f"{per_forward:>7} {same:>3}/{batch:<2}")  # fmt: skip
                 print(f"{line}  {chosen}")
                 if name in made and (statistics.median(pairs) if pairs else speed / base) < FLOOR:
-                    print(f"  {'':14} below {FLOOR}x: {limit(name, stats, model, draft, batch)}")
+                    spent = (v["beside"], t["greedy"]["beside"])
+                    print(f"  {'':14} below {FLOOR}x: {limit(name, stats, model, draft, batch, modelled, spent)}")
                 figures.append({
                     "batch": batch, "prompts": set_name, "runner": name, "tokens_per_second": speed,
                     "vs_greedy": speed / base, "identical_rows": same, "paired_ratios": pairs, "modelled": modelled,
+                    "ms_beside_forwards": v["beside"],
                     "tokens_per_forward": None if stats is None else stats.tokens_per_forward,
                     "choices": [f"{c.strategy}: {c.setting}: {c.reason}" for c in (stats.choices if stats else ())],
                 })  # fmt: skip

@@ -219,6 +219,10 @@ class DraftLength:
         self.hits = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # accepted guesses per bin
         self.tries = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # verified guesses per bin
         self.judged = torch.zeros(batch, dtype=torch.float64, device=device)  # verified guesses' confidences, summed
+        # what the calibration above gives, kept until `calibrate` changes it (most steps verify nothing): the rows'
+        # acceptance and its optimistic bound by name, and the last `plan`'s chances with their survival
+        self.known: dict[str, Tensor] = {}
+        self.planned: tuple[Tensor, list[Tensor], Tensor] | None = None
         self.rested = torch.zeros(batch, dtype=torch.long, device=device)  # steps since the row last drafted
         self.patience = torch.full((batch,), PATIENCE, dtype=torch.long, device=device)
         # the row's rate so far, tokens per unit of cost (one greedy step as the prior): what a planned step must beat
@@ -341,10 +345,13 @@ class DraftLength:
         acceptance given guesses 1..i were accepted; it is calibrated as a confidence is in `more`. A row that
         plans none tries one guess after `PATIENCE` idle steps, as with `start`. Call `record` after
         verification."""
-        chances = chances.double().clamp(0, 1)
-        survive = self.calibrated(chances).cumprod(1)  # (batch, guesses): pi_1..pi_width
-        k = self.plan_expected(expected_tokens(survive), available, rows)  # E(0..width)
-        self.confidences = list(chances.unbind(1))  # `record` counts those of guesses 1..k that were judged
+        if self.planned is None or self.planned[0] is not chances:  # the same chances as last time: the same E
+            clamped = chances.double().clamp(0, 1)
+            survive = self.calibrated(clamped).cumprod(1)  # (batch, guesses): pi_1..pi_width
+            self.planned = (chances, list(clamped.unbind(1)), expected_tokens(survive))
+        _, confidences, expected = self.planned
+        k = self.plan_expected(expected, available, rows)  # E(0..width)
+        self.confidences = list(confidences)  # `record` counts those of guesses 1..k that were judged
         return k
 
     def plan_expected(
@@ -445,17 +452,20 @@ class DraftLength:
 
     def optimistic(self) -> Float[Tensor, " batch"]:
         """The rows' acceptance (`acceptance`) plus one standard error, at most 1: what a try hopes for."""
-        a = self.acceptance()
-        tries = self.record_of_rows()[1].sum(1)
-        return (a + (a * (1 - a) / (tries + PRIOR)).sqrt()).clamp(max=1)
+        if "optimistic" not in self.known:
+            a = self.acceptance()
+            tries = self.record_of_rows()[1].sum(1)
+            self.known["optimistic"] = (a + (a * (1 - a) / (tries + PRIOR)).sqrt()).clamp(max=1)
+        return self.known["optimistic"]
 
     def may_try(self) -> Bool[Tensor, " batch"]:
         """The one-row rule's tries: the rows that rested `PATIENCE` steps (more after tries that were rejected), with
         enough of their budget left to use what a try teaches (`left_for_try`), whose first guess could pay at their
         `optimistic` acceptance, with the whole catch-up (as in `batch_may_try`)."""
-        due = (self.rested >= self.patience) & self.left_for_try(self.patience)
-        if not bool(due.any()):  # most steps: no row is due, and its hopes need not be weighed
+        due = self.rested >= self.patience
+        if not bool(due.any()):  # most steps: no row is due, and neither its budget nor its hopes need be weighed
             return due
+        due = due & self.left_for_try(self.patience)
         added = self.costs.step(1) - self.costs.step(0) + self.reading
         return due & (self.optimistic() * self.costs.step(0) > added)  # as `batch_may_try`, row by row
 
@@ -518,12 +528,13 @@ class DraftLength:
     def step_costs(self, guesses: Sequence[int] | Int[Tensor, " steps"]) -> Float[Tensor, " steps"]:
         """T(k) for each k in `guesses`, as a float64 tensor (on the CPU), read from a table of T(0), T(1), ...
         that is made once and grown as needed (the costs never change)."""
-        guesses = torch.as_tensor(guesses, dtype=torch.long, device="cpu")
-        most = int(guesses.max()) if guesses.numel() else 0
+        first_ones = isinstance(guesses, range) and guesses.start == 0 and guesses.step == 1
+        guesses = guesses if first_ones else torch.as_tensor(guesses, dtype=torch.long, device="cpu")
+        most = len(guesses) - 1 if first_ones else int(guesses.max()) if guesses.numel() else 0
         if most >= len(self.table):
             steps = [self.costs.step(k) for k in range(2 * most + 1)]
             self.table = torch.tensor(steps, dtype=torch.float64, device="cpu")
-        return self.table[guesses]
+        return self.table[: len(guesses)] if first_ones else self.table[guesses]
 
     def calibrated(self, confidence: Float[Tensor, "batch ..."]) -> Float[Tensor, "batch ..."]:
         """P(accepted | confidence), from this row's history in the confidence's bin, starting at the confidence
@@ -543,8 +554,10 @@ class DraftLength:
     def acceptance(self) -> Float[Tensor, " batch"]:
         """The row's acceptance rate so far (`PRIOR` guesses at the prior `acceptance`; with the batch rule, the rows'
         together)."""
-        hits, tries = self.record_of_rows()
-        return (hits.sum(1) + PRIOR * self.prior) / (tries.sum(1) + PRIOR)
+        if "acceptance" not in self.known:
+            hits, tries = self.record_of_rows()
+            self.known["acceptance"] = (hits.sum(1) + PRIOR * self.prior) / (tries.sum(1) + PRIOR)
+        return self.known["acceptance"]
 
     def record_of_rows(self) -> tuple[Float[Tensor, "batch bins"], Float[Tensor, "batch bins"]]:
         """Accepted and verified guesses per confidence bin, per row: each row's own, or with the batch rule the
@@ -564,13 +577,18 @@ class DraftLength:
         if self.together:
             self.record_batch(drafted, accepted)
         drew = drafted > 0
+        if not bool(drew.any()):  # a step at rest: a plain token per row, no try, nothing to calibrate
+            self.rested += 1
+            self.gained += 1
+            self.spent += self.step_costs([0]).to(self.spent) + extra_cost
+            return
         self.patience = torch.where(
             self.probing & drew, torch.where(accepted > 0, PATIENCE, 2 * self.patience), self.patience
         )
         self.rested = torch.where(drew, 0, self.rested + 1)
         self.gained += accepted.double() + 1
         self.spent += self.step_costs(drafted.cpu()).to(self.spent) + extra_cost
-        if not self.confidences or not bool((drafted > 0).any()):  # no guess was verified: nothing to calibrate
+        if not self.confidences:  # guesses without confidences (lookahead's candidates): nothing to calibrate
             return
         confidence = torch.stack(self.confidences, dim=1)  # (batch, guesses)
         self.calibrate(confidence, *chain_outcome(drafted, accepted, confidence.shape[1]))
@@ -602,6 +620,8 @@ class DraftLength:
         self.tries.scatter_add_(1, bins, tried.double())
         self.hits.scatter_add_(1, bins, (hit & tried).double())
         self.judged += torch.where(tried, confidence.double().clamp(0, 1), 0.0).sum(1)
+        self.known.clear()
+        self.planned = None
 
 
 def drafting_choice(

@@ -95,9 +95,9 @@ def test_a_planned_step_maximises_tokens_less_the_rows_rate_times_cost():
     # the rates: (1 + 2) / (1 + t(3)), (1 + 5) / (1 + t(5)), (1 + 1) / (1 + t(1))
     assert (length.gained / length.spent).tolist() == pytest.approx([3 / 2.0, 6 / 2.6, 1.0])
     # a row whose rate is high plans shorter: with r = 3, row 1's E - 3T is 3.439 - 3.15 at k = 3, 4.0951 - 4.8 at 4
-    length.gained[1], length.spent[1] = 3.0, 1.0
-    length.hits.zero_(), length.tries.zero_(), length.judged.zero_()  # forget the calibration: chances as given
-    assert length.plan(chances, available=torch.tensor([4, 4, 1]))[1] == 3
+    fresh = DraftLength(costs, batch=3, device=torch.device("cpu"))  # no calibration yet: chances as given
+    fresh.gained[1], fresh.spent[1] = 3.0, 1.0
+    assert fresh.plan(chances, available=torch.tensor([4, 4, 1]))[1] == 3
 
 
 def test_a_steps_bookkeeping_is_paid_by_its_guesses():
@@ -140,6 +140,29 @@ def test_a_row_that_plans_no_guess_tries_one_after_resting():
         length.record(drafted=k, accepted=torch.zeros_like(k))
     assert planned == [0, 0, 0, 0, 1, 0]
 
+
+
+def test_what_the_rule_keeps_between_steps_is_renewed_by_every_verified_guess():
+    """The rule keeps the rows' acceptance, its optimistic bound and the last plan's expected tokens while steps
+    verify nothing (most steps at rest); a verified guess must renew them. Row 0's guesses are all rejected, row 1's
+    all accepted: afterwards, a plan on the same chances equals one worked out afresh (on a copy), and the acceptance
+    and its bound are the record's."""
+    costs = DraftCosts(draft=0.0, target=[1.0, 1.02, 1.04, 1.06, 1.08])
+    length = DraftLength(costs, batch=2, device=torch.device("cpu"), acceptance=0.5)
+    chances = torch.full((2, 4), 0.6, dtype=torch.float64)
+    available = torch.tensor([4, 4])
+    assert length.plan(chances, available).tolist() == [4, 4] and length.acceptance().tolist() == [0.5, 0.5]
+    length.optimistic()
+    for _ in range(3):
+        k = length.plan(chances, available)
+        length.record(drafted=k, accepted=torch.tensor([0, 1]) * k)
+    kept = length.plan(chances, available)  # row 0's guesses of confidence 0.6 now hold about 9% of the time
+    assert torch.equal(kept, length.plan(chances.clone(), available)) and kept.tolist() == [1, 4]
+    hits, tries = length.hits.sum(1), length.tries.sum(1)
+    acceptance = (hits + 2.0 * 0.5) / (tries + 2.0)  # PRIOR guesses at the prior
+    assert length.acceptance().tolist() == pytest.approx(acceptance.tolist())
+    bound = (acceptance + (acceptance * (1 - acceptance) / (tries + 2.0)).sqrt()).clamp(max=1)
+    assert length.optimistic().tolist() == pytest.approx(bound.tolist())
 
 @given(
     prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=10),

@@ -145,14 +145,14 @@ class KVCache:
         if _flat(indices):  # one list of indices for every row
             index = repeat(index.reshape(-1), "kept -> batch kept", batch=batch)
         index = index.reshape(batch, -1)  # a row's list as a tensor of one row, or already one list per row
-        listed = index[index >= 0]
-        if (index < -1).any() or (listed.numel() and listed.max() >= self.pending):
-            raise ValueError(f"keep({index.tolist()}): indices must lie in [0, {self.pending}) (or -1 for none)")
-        sorted_rows = index.sort(dim=1).values
-        if ((sorted_rows[:, 1:] == sorted_rows[:, :-1]) & (sorted_rows[:, 1:] >= 0)).any():
-            raise ValueError(f"keep({index.tolist()}): indices repeat")
+        rows = index.tolist()  # checked in Python: a few indices per row, where each tensor operation costs more
+        listed = [[i for i in row if i != -1] for row in rows]
+        if any(not 0 <= i < self.pending for row in listed for i in row):
+            raise ValueError(f"keep({rows}): indices must lie in [0, {self.pending}) (or -1 for none)")
+        if any(len(set(row)) < len(row) for row in listed):
+            raise ValueError(f"keep({rows}): indices repeat")
         if self.valid is not None:
-            self._resolve(index)
+            self._resolve(index, _kept_prefix(rows))
 
     # ---------------------------------------------------------------- tidying
 
@@ -163,14 +163,17 @@ class KVCache:
         order = torch.argsort((~alive).to(torch.int8), dim=1, stable=True)[:, :width]  # survivors first
         return torch.where(torch.arange(width, device=alive.device) < kept[:, None], order, -1)
 
-    def _resolve(self, order: Int[Tensor, "batch kept"]) -> None:
-        """Row b's pending columns become `order[b]` (-1: a hole), packed after the committed ones; then tidy."""
+    def _resolve(self, order: Int[Tensor, "batch kept"], prefix: int | None = None) -> None:
+        """Row b's pending columns become `order[b]` (-1: a hole), packed after the committed ones; then tidy.
+        `prefix`: w where the caller knows that every row keeps its first w pending columns, in order (`keep`)."""
         start = self.committed
-        used = (order >= 0).any(0).nonzero()
-        order = order[:, : int(used[-1, 0]) + 1 if used.numel() else 0]  # no column of holes at the end
-        prefix = bool((order == torch.arange(order.shape[1], device=order.device)).all())
-        if prefix:  # every row keeps the same first pending columns (a chain's accepted guesses): cut, no copy
-            self._truncate(start + order.shape[1])
+        if prefix is None:
+            used = (order >= 0).any(0).nonzero()
+            order = order[:, : int(used[-1, 0]) + 1 if used.numel() else 0]  # no column of holes at the end
+            same = bool((order == torch.arange(order.shape[1], device=order.device)).all())
+            prefix = order.shape[1] if same else None
+        if prefix is not None:  # every row keeps the same first pending columns (a chain's accepted guesses): cut
+            self._truncate(start + prefix)
             self.committed = self.columns
         else:
             self._pack(start, order)
@@ -233,6 +236,14 @@ def _packed(
     picked = source.to(cached.device)[:, None, :, None].expand(batch, heads, -1, dim)  # (batch, heads, kept, dim)
     cached[:, :, start:end] = cached.gather(2, picked)
     return cached[:, :, :end]
+
+
+def _kept_prefix(rows: list[list[int]]) -> int | None:
+    """w if every row of `keep`'s indices lists the first w pending columns in order (holes after them aside),
+    else None."""
+    trimmed = [row[: max((i + 1 for i, v in enumerate(row) if v != -1), default=0)] for row in rows]
+    width = max(map(len, trimmed), default=0)
+    return width if all(row == list(range(width)) for row in trimmed) else None
 
 
 def _flat(indices) -> bool:
