@@ -141,7 +141,6 @@ def test_a_row_that_plans_no_guess_tries_one_after_resting():
     assert planned == [0, 0, 0, 0, 1, 0]
 
 
-
 def test_what_the_rule_keeps_between_steps_is_renewed_by_every_verified_guess():
     """The rule keeps the rows' acceptance, its optimistic bound and the last plan's expected tokens while steps
     verify nothing (most steps at rest); a verified guess must renew them. Row 0's guesses are all rejected, row 1's
@@ -163,6 +162,7 @@ def test_what_the_rule_keeps_between_steps_is_renewed_by_every_verified_guess():
     assert length.acceptance().tolist() == pytest.approx(acceptance.tolist())
     bound = (acceptance + (acceptance * (1 - acceptance) / (tries + 2.0)).sqrt()).clamp(max=1)
     assert length.optimistic().tolist() == pytest.approx(bound.tolist())
+
 
 @given(
     prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=10),

@@ -378,6 +378,21 @@ def test_lookaheads_candidates_of_every_rank_are_expected_to_bring_one_candidate
     assert bool((expected < 2).all())
 
 
+def test_lookaheads_candidate_record_is_kept_until_a_step_verifies_candidates():
+    """`CandidateRecord.expected` is kept by width while steps verify no candidate (most steps on chat), and worked out
+    afresh after one that did: row 0's second candidate brought 2 tokens, row 1's first was rejected."""
+    from mtdecode.strategies.lookahead import CandidateRecord
+
+    record = CandidateRecord(2, 3)
+    before = record.expected(3)
+    record.add(torch.tensor([0, 0]), torch.tensor([-1, -1]), torch.tensor([0, 0]))  # nothing verified
+    assert record.expected(3) is before
+    record.add(torch.tensor([2, 1]), torch.tensor([1, -1]), torch.tensor([2, 0]))
+    after = record.expected(3)
+    assert torch.equal(after, record.estimate(3)) and not torch.equal(after, before)
+    assert after[0, 2] > before[0, 2] and after[1, 1] < before[1, 1]
+
+
 def test_a_lookahead_window_of_one_column_and_one_row_feeds_x0_alone(monkeypatch):
     """W = 1, N = 2: the window is x0 alone (its start draws W + N - 3 = 0 prompt tokens), so a step with no candidate
     feeds one token per row, as greedy decoding does."""

@@ -181,9 +181,16 @@ class CandidateRecord:
         self.hits = torch.zeros(batch, ranks, dtype=torch.float64, device="cpu")
         self.tries = torch.zeros(batch, ranks, dtype=torch.float64, device="cpu")
         self.tokens = torch.zeros(batch, dtype=torch.float64, device="cpu")  # tokens brought by accepted candidates
+        self.known: dict[int, Float[Tensor, "batch options"]] = {}  # `expected` by width, until the record changes
 
     def expected(self, width: int) -> Float[Tensor, "batch options"]:
         """E(0..width): expected tokens of a step that verifies the first g candidates, g = 0..width."""
+        if width not in self.known:
+            self.known[width] = self.estimate(width)
+        return self.known[width]
+
+    def estimate(self, width: int) -> Float[Tensor, "batch options"]:
+        """`expected`, worked out from the record."""
         prior = 0.5 ** torch.arange(1, width + 1, dtype=torch.float64, device="cpu")  # (width,): 1/2, 1/4, ...
         rate = (self.hits[:, :width] + 2 * prior) / (self.tries[:, :width] + 2)  # (batch, width)
         per_hit = (self.tokens + 1) / (self.hits.sum(1) + 1)  # (batch,)
@@ -194,11 +201,14 @@ class CandidateRecord:
         self, tried: Int[Tensor, " batch"], candidate: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]
     ) -> None:
         """After verification: row b verified its first `tried[b]` candidates; `candidate[b]` brought `accepted[b]`."""
+        if not bool((tried > 0).any()):  # a step without candidates leaves the record as it was
+            return
         rank = torch.arange(self.hits.shape[1], device="cpu")
         hit = (accepted > 0) & (candidate >= 0)
         self.tries += (rank < tried[:, None]).double()
         self.hits += ((rank == candidate[:, None]) & hit[:, None]).double()
         self.tokens += torch.where(hit, accepted, 0).double()
+        self.known.clear()
 
 
 def worth_trying(
