@@ -12,7 +12,7 @@
 
 Figures 1 and 3 are printed for each of the head's forms, side by side in one run.
 
-    python benchmarks/eagle_costs.py [--prompts 3] [--depth 5] [--width 4] [--lookup 10] [--heads float32 int8]
+    python benchmarks/eagle_costs.py [--prompts 3] [--depth 5] [--width 3] [--lookup 10] [--heads float32 int8]
 """
 
 import argparse
@@ -25,6 +25,7 @@ from mtdecode import tuning
 from mtdecode.bench import cpu_model, load_suite, tokenize
 from mtdecode.strategies import Eagle, eagle
 from mtdecode.tuning import depth_timings, measure_depth_cost
+from mtdecode.zoo.eagle import TREE_WIDTH
 from mtdecode.zoo.int8 import exact_int_mm
 
 
@@ -32,7 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=3)
     parser.add_argument("--depth", type=int, default=5)
-    parser.add_argument("--width", type=int, default=4)
+    parser.add_argument("--width", type=int, default=TREE_WIDTH, help="as in Eagle() by default")
     parser.add_argument("--lookup", type=int, default=10)
     parser.add_argument("--heads", nargs="+", choices=["float32", "int8"], default=["float32", "int8"])
     args = parser.parse_args()

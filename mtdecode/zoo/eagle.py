@@ -31,8 +31,9 @@ from mtdecode.model import Runner
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: the tree's width by default (`Eagle.width`, nodes kept per depth), at which the course's reference depth cost is
-#: kept (`mtdecode.tuning.record_reference`)
-TREE_WIDTH = 4
+#: kept (`mtdecode.tuning.record_reference`): 3, where 4 gave up to 7 points at 4 rows of code and no more tokens per
+#: forward at batch 1 (`benchmarks/eagle_width.py`, `docs/strategies/eagle.md`)
+TREE_WIDTH = 3
 
 
 class EagleHead(nn.Module):
