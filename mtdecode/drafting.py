@@ -220,7 +220,7 @@ class DraftLength:
         self.tries = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # verified guesses per bin
         self.judged = torch.zeros(batch, dtype=torch.float64, device=device)  # verified guesses' confidences, summed
         # what the calibration above gives, kept until `calibrate` changes it (most steps verify nothing): the rows'
-        # acceptance and its optimistic bound by name, and the last `plan`'s chances with their survival
+        # acceptance and its optimistic bound by name, and the last `plan`'s chances with their expected tokens
         self.known: dict[str, Tensor] = {}
         self.planned: tuple[Tensor, list[Tensor], Tensor] | None = None
         self.rested = torch.zeros(batch, dtype=torch.long, device=device)  # steps since the row last drafted
