@@ -6,6 +6,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from mtdecode import CausalLM, KVCache, UnsupportedModelError, masks
+from mtdecode.attention import GROUPED_SDPA
 from mtdecode.cache import cache_keyword
 from mtdecode.testing import tiny_model
 from mtdecode.testing.tolerance import rounding_tolerance
@@ -81,6 +82,49 @@ def test_the_tolerance_is_far_below_a_real_mistake(attn_implementation):
     leaked = adapter.forward(ids, torch.arange(n)[None], hidden[None, None], KVCache())[0]
     assert (shifted[-1] - reference[-1]).abs().max() > 100 * tolerance
     assert (leaked[-1] - reference[-1]).abs().max() > 100 * tolerance
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_grouped_attention_verifies_a_tree_as_transformers_sdpa_does(dtype, monkeypatch):
+    """`mtdecode.attention.grouped_sdpa`, which the models `load_model` loads run: a token tree after a prompt, under
+    a 4-D mask, gets the logits transformers' sdpa gives with the same weights (within the rounding tolerance), and
+    torch's kernel really attends the grouped heads itself (the forwards with several queries ask it to)."""
+    grouped, plain = (tiny_model("llama", dtype=dtype, attn_implementation=a) for a in (GROUPED_SDPA, "sdpa"))
+    assert grouped.config.num_key_value_heads < grouped.config.num_attention_heads  # 2 query heads per key head
+    asked = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def kernel(*args, **kwargs):
+        asked.append(kwargs.get("enable_gqa", False))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", kernel)
+    prompt, parents = SEQUENCE[:5], torch.tensor([-1, 0, 0, 1, 3])  # x0, two children of it, a chain below one
+
+    def tree_logits(model):
+        adapter, cache = CausalLM(model, probe=False), KVCache()
+        adapter.forward(torch.tensor([prompt]), torch.arange(5)[None], masks.causal(5, 0)[None, None], cache)
+        cache.commit()
+        sees = torch.cat([torch.ones(len(parents), 5, dtype=torch.bool), masks.tree(parents)], dim=1)
+        nodes = torch.tensor([SEQUENCE[5 : 5 + len(parents)]])
+        return adapter.forward(nodes, masks.tree_positions(parents, prefix=5)[None], sees[None, None], cache)[0]
+
+    asked.clear()
+    mine = tree_logits(grouped)
+    assert asked == [True, True] * grouped.config.num_hidden_layers  # the prompt's and the tree's forward, per layer
+    reference = tree_logits(plain)
+    tolerance = rounding_tolerance(plain, reference, keys=5 + len(parents))
+    torch.testing.assert_close(mine, reference, rtol=0, atol=tolerance)
+
+
+def test_transformers_builds_its_own_masks_for_the_grouped_attention():
+    """transformers' `generate` on a left-padded batch (it builds the masks itself) decodes a model running the
+    grouped attention as it decodes the same weights under sdpa: the padding stays hidden."""
+    grouped, plain = (tiny_model("llama", attn_implementation=a) for a in (GROUPED_SDPA, "sdpa"))
+    ids = torch.tensor([[0, 0, 5, 9, 2], [7, 3, 1, 4, 6]])
+    attention = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    out = [m.generate(ids, attention_mask=attention, max_new_tokens=6, do_sample=False) for m in (grouped, plain)]
+    assert torch.equal(*out)
 
 
 def test_sliding_window_is_really_applied():

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtdecode import Sampler, generate
+from mtdecode.attention import GROUPED_SDPA
 from mtdecode.drafting import BatchCosts, DraftCosts
 from mtdecode.strategies import MTAD, Autoregressive, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
@@ -40,7 +41,9 @@ PAD = VOCAB - 1
 
 @functools.cache
 def target(family: str):
-    return tiny_model(family, vocab_size=VOCAB, seed=3)
+    # Llama runs mtdecode's grouped attention, as the models `load_model` loads do; the others transformers' sdpa
+    attention = GROUPED_SDPA if family == "llama" else "sdpa"
+    return tiny_model(family, vocab_size=VOCAB, seed=3, attn_implementation=attention)
 
 
 @functools.cache

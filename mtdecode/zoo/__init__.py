@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
+from mtdecode.attention import GROUPED_SDPA
 from mtdecode.model import CausalLM
 from mtdecode.store import cache_dir
 from mtdecode.zoo.eagle import EagleHead
@@ -80,7 +81,7 @@ def load_model(
     if name == DRAFT_MODEL:
         model = _load_draft(dtype)
     else:
-        model = AutoModelForCausalLM.from_pretrained(_folder(name), dtype=dtype, attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_pretrained(_folder(name), dtype=dtype, attn_implementation=GROUPED_SDPA)
     model = model.to(device).eval()
     if quantize == "int8":
         int8_linears(model)
@@ -128,7 +129,7 @@ def _load_draft(dtype: torch.dtype):
     settings = json.loads((target_dir / "config.json").read_text())
     settings.update(num_hidden_layers=len(meta["target_layers"]), tie_word_embeddings=True)
     state = load_file(str(shipped))
-    model = SubsetHeadLlama(LlamaConfig(**settings, attn_implementation="sdpa"), state["head_token_ids"])
+    model = SubsetHeadLlama(LlamaConfig(**settings, attn_implementation=GROUPED_SDPA), state["head_token_ids"])
     with safe_open(str(target_dir / "model.safetensors"), framework="pt") as f:
         state["model.embed_tokens.weight"] = f.get_tensor("model.embed_tokens.weight")
     state = {k: v.to(torch.float32) if v.is_floating_point() else v for k, v in state.items()}

@@ -26,6 +26,7 @@ from transformers import LlamaConfig, PretrainedConfig
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
+from mtdecode.attention import GROUPED_SDPA
 from mtdecode.cache import KVCache, cache_keyword
 from mtdecode.model import Runner
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
@@ -184,7 +185,7 @@ def head_layer_config(config: PretrainedConfig) -> LlamaConfig:
         mlp_bias=bool(_setting(config, "mlp_bias")),
         rms_norm_eps=norm_eps(config),
     )
-    layer._attn_implementation = "sdpa"
+    layer._attn_implementation = GROUPED_SDPA  # the head's tree depths feed several nodes per row under a mask
     return layer
 
 
