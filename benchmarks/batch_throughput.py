@@ -160,11 +160,13 @@ def strategies(draft, only: list[str] | None = None) -> dict:
 
 
 def cost_line(model, batch: int) -> str:
-    """t(B, n) / t(B, 1) for a few n, and t(B, 1) / t(1, 1)."""
+    """t(B, n) / t(B, 1) for a few n, t(B, 1) / t(1, 1), and the batch rule's margin (`tuning.batch_margin`: kept
+    with t(B, n), it grows with the scatter of their measurement, and a large one keeps the batch from guessing)."""
     one = tuning.batch_seconds(model, batch, 1)
     curve = ", ".join(f"{n}: {tuning.batch_seconds(model, batch, n) / one:.2f}" for n in (2, 4, 8, 16, 32))
     unit = tuning.batch_seconds(model, 1, 1)
-    return f"t({batch}, n) / t({batch}, 1): {curve}; t({batch}, 1) = {one / unit:.2f} t(1, 1)"
+    margin = tuning.batch_margin(model, batch)
+    return f"t({batch}, n) / t({batch}, 1): {curve}; t({batch}, 1) = {one / unit:.2f} t(1, 1); margin {margin:.3f}"
 
 
 def limit(name: str, stats, model, draft, batch: int, modelled: float | None, beside: tuple[float, float]) -> str:
