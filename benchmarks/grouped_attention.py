@@ -1,8 +1,8 @@
 """SmolLM2's forward under mtdecode's grouped attention against transformers' `sdpa`, the same weights.
 
-For B rows after a cache of C tokens per row, one forward over n new tokens per row (a causal block after the
-cache, as a verification feeds), timed under `mtdecode.attention.GROUPED_SDPA` and under `sdpa` in turn (who goes
-first alternates), the median of the repeats. n = 1 is a greedy step, which both run alike.
+For B rows after a cache of C tokens per row, one forward over n new tokens per row (`Runner.extend`, as a
+verification feeds them after the cache), timed under `mtdecode.attention.GROUPED_SDPA` and under `sdpa` in turn
+(who goes first alternates), the median of the repeats. n = 1 is a greedy step, which both run alike.
 
     python benchmarks/grouped_attention.py [--rows 1 4 8] [--new 1 6 16] [--context 128] [--repeats 9]
 """
@@ -14,29 +14,17 @@ import time
 import torch
 
 import mtdecode
-from mtdecode import KVCache, masks
+from mtdecode import Runner
 from mtdecode.attention import GROUPED_SDPA
 
 
-def cached(model, rows: int, context: int) -> KVCache:
-    """A cache holding `context` tokens of every row (the same seeded tokens each call)."""
-    cache = KVCache()
-    ids = torch.randint(0, model.vocab_size, (rows, context), generator=torch.Generator().manual_seed(0))
-    mask = masks.causal(context, 0)[None, None].expand(rows, -1, -1, -1)
-    model.forward(ids, torch.arange(context).expand(rows, -1), mask, cache, logits_to_keep=1)
-    cache.commit()
-    return cache
-
-
-def seconds(model, cache: KVCache, new: int) -> float:
-    """One forward over `new` tokens per row after the cache; its entries are dropped again."""
-    rows, context = cache.valid.shape
-    ids = torch.randint(0, model.vocab_size, (rows, new), generator=torch.Generator().manual_seed(1))
-    mask = masks.causal(new, context)[None, None].expand(rows, -1, -1, -1)
+def seconds(runner: Runner, new_tokens: torch.Tensor) -> float:
+    """One forward over `new_tokens` after the runner's cache; its entries are dropped again."""
+    held = runner.cache.lengths
     start = time.perf_counter()
-    model.forward(ids, torch.arange(context, context + new).expand(rows, -1), mask, cache)
+    runner.extend(new_tokens)
     took = time.perf_counter() - start
-    cache.crop(cache.lengths)
+    runner.cache.crop(held)
     return took
 
 
@@ -52,17 +40,22 @@ def main() -> None:
     kinds = [GROUPED_SDPA, "sdpa"]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.context} cached tokens per row")
     print(f"{'rows':>4} {'new':>4} {'grouped ms':>10} {'sdpa ms':>8} {'grouped / sdpa':>14}")
+    generator = torch.Generator().manual_seed(0)
     for rows in args.rows:
-        caches = {}
-        for kind in kinds:
+        tokens = torch.randint(0, model.vocab_size, (rows, args.context + max(args.new)), generator=generator)
+        runners = {}
+        for kind in kinds:  # each attention's own cache of the same tokens
             model.hf.set_attn_implementation(kind)
-            caches[kind] = cached(model, rows, args.context)
+            runners[kind] = Runner(model, kind)
+            runners[kind].extend(tokens[:, : args.context], logits_to_keep=1)
+            runners[kind].cache.commit()
         for new in args.new:
+            fed = tokens[:, args.context : args.context + new]
             times = {kind: [] for kind in kinds}
             for repeat in range(args.repeats + 1):  # the first round warms up
                 for kind in kinds if repeat % 2 == 0 else kinds[::-1]:
                     model.hf.set_attn_implementation(kind)
-                    took = seconds(model, caches[kind], new)
+                    took = seconds(runners[kind], fed)
                     if repeat:
                         times[kind].append(took)
             grouped, plain = (1000 * statistics.median(times[kind]) for kind in kinds)
