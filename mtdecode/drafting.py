@@ -14,7 +14,8 @@ rate so far:
 - pi_i is estimated from the draft's own confidence in each guess (q's probability of the
   token it drew; at temperature 0 the draft's softmax), calibrated per row by how often
   guesses of that confidence were accepted earlier in the run, starting from the confidence
-  scaled by how often the row's guesses of every confidence were accepted against it;
+  scaled by how often the row's guesses of every confidence were accepted against it (a scale
+  above 1 only at the places of a chain that the row's verified chains reached);
 - a, the chance that the next, not yet drafted guess is accepted, is the row's acceptance
   rate so far (from a prior: the draft's measured acceptance, `mtdecode.tuning.draft_acceptance`,
   or an even chance), or, where that chance is known before the guess is made (a copied token's
@@ -219,6 +220,8 @@ class DraftLength:
         self.hits = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # accepted guesses per bin
         self.tries = torch.zeros(batch, BINS, dtype=torch.float64, device=device)  # verified guesses per bin
         self.judged = torch.zeros(batch, dtype=torch.float64, device=device)  # verified guesses' confidences, summed
+        # the most guesses of a chain the row verified (with the batch rule, any row): the places its scale has seen
+        self.reached = torch.zeros(batch, dtype=torch.long, device=device)
         # what the calibration above gives, kept until `calibrate` changes it (most steps verify nothing): the rows'
         # acceptance and its optimistic bound by name, and the last `plan`'s chances with their expected tokens
         self.known: dict[str, Tensor] = {}
@@ -296,7 +299,8 @@ class DraftLength:
         confidence = confidence.double().clamp(0, 1)
         self.upcoming = upcoming
         self.confidences.append(confidence)
-        self.survive = self.survive * self.calibrated(confidence)  # pi_i = pi_{i-1} * P(guess i accepted)
+        place = len(self.confidences) - 1  # guess i's place in the chain, from 0
+        self.survive = self.survive * self.calibrated(confidence, place)  # pi_i = pi_{i-1} * P(guess i accepted)
         if self.together:  # the rows that drew guess i: their E(i) grows, the others' stays (their place counts)
             self.expected = self.expected + torch.where(self.going, self.survive, 0.0)  # E(i)
         else:  # a row that drew nothing is not asked about
@@ -347,7 +351,8 @@ class DraftLength:
         verification."""
         if self.planned is None or self.planned[0] is not chances:  # the same chances as last time: the same E
             clamped = chances.double().clamp(0, 1)
-            survive = self.calibrated(clamped).cumprod(1)  # (batch, guesses): pi_1..pi_width
+            places = torch.arange(clamped.shape[1], device=clamped.device)
+            survive = self.calibrated(clamped, places).cumprod(1)  # (batch, guesses): pi_1..pi_width
             self.planned = (chances, list(clamped.unbind(1)), expected_tokens(survive))
         _, confidences, expected = self.planned
         k = self.plan_expected(expected, available, rows)  # E(0..width)
@@ -536,18 +541,30 @@ class DraftLength:
             self.table = torch.tensor(steps, dtype=torch.float64, device="cpu")
         return self.table[: len(guesses)] if first_ones else self.table[guesses]
 
-    def calibrated(self, confidence: Float[Tensor, "batch ..."]) -> Float[Tensor, "batch ..."]:
+    def calibrated(
+        self, confidence: Float[Tensor, "batch ..."], place: int | Int[Tensor, "..."] | None = None
+    ) -> Float[Tensor, "batch ..."]:
         """P(accepted | confidence), from this row's history in the confidence's bin, starting at the confidence
         scaled by how far the row's guesses of every bin were accepted more or less often than their confidence said
         (with the batch rule, from every row's: the rows share the draft and the target, so the batch learns how far
         to trust the draft's confidence as many times faster as it has rows). The scale learns from every verified
-        guess, a bin only from its own, so an overconfident draft is distrusted in every bin after a few rejections."""
+        guess, a bin only from its own, so an overconfident draft is distrusted in every bin after a few rejections.
+
+        `place`: each guess's place in its chain (from 0), where the guesses form one. A scale above 1 reaches no
+        place deeper than the row's verified chains reached (with the batch rule, any row's): guesses that held
+        more often than their confidence said at the first place say nothing of the tenth (a batch whose first
+        tries all held would otherwise count every later guess as sure, its chance scaled past 1), while distrust,
+        a scale below 1, holds at every place."""
         flat, shape = pack([confidence], "batch *")  # (batch, guesses): any axes after the batch's as one
         columns = bin_of(flat)
         hits, tries = self.record_of_rows()
         judged = self.judged.sum().expand_as(self.judged) if self.together else self.judged
-        scale = (hits.sum(1) + 1) / (judged + 1)  # (batch,): accepted over expected, one sure hit as the prior
-        prior = (flat * scale[:, None]).clamp(max=1)
+        scale = ((hits.sum(1) + 1) / (judged + 1))[:, None]  # (batch, 1): accepted over expected, a sure hit as prior
+        if place is not None:
+            reached = self.reached.max().expand_as(self.reached) if self.together else self.reached
+            unseen = torch.as_tensor(place, device=flat.device).reshape(-1) >= reached[:, None]  # (batch, guesses)
+            scale = torch.where(unseen, scale.clamp(max=1), scale)
+        prior = (flat * scale).clamp(max=1)
         chance = (hits.gather(1, columns) + PRIOR * prior) / (tries.gather(1, columns) + PRIOR)
         return unpack(chance, shape, "batch *")[0]
 
@@ -590,6 +607,7 @@ class DraftLength:
         self.spent += self.step_costs(drafted.cpu()).to(self.spent) + extra_cost
         if not self.confidences:  # guesses without confidences (lookahead's candidates): nothing to calibrate
             return
+        self.reached = torch.maximum(self.reached, drafted.to(self.reached))
         confidence = torch.stack(self.confidences, dim=1)  # (batch, guesses)
         self.calibrate(confidence, *chain_outcome(drafted, accepted, confidence.shape[1]))
 

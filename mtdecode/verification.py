@@ -114,6 +114,25 @@ def verify_logits(
     return verify_candidates(sampler.probs(first), sampler.probs(after), candidates, random, rows)
 
 
+def verify_fed(
+    sampler: Sampler,
+    logits: Float[Tensor, "batch fed vocab"],
+    after_at: Int[Tensor, "batch candidate length"],
+    candidates: Int[Tensor, "batch candidate length"],
+    random: RowRandom,
+    rows: Bool[Tensor, " batch"] | None = None,
+) -> Verdict:
+    """`verify_logits` for candidates fed in one forward as a tree, x0 first: p after candidate c's token k is the
+    forward's distribution at fed position `after_at[b, c, k]` (any position where the candidate has ended). At
+    temperature 0 the target's token is read once per fed position and then gathered, instead of gathering a copy of
+    the vocabulary's logits for every candidate's every token (paths share their nodes); the verdict is the same."""
+    index = torch.arange(logits.shape[0], device=logits.device)[:, None, None]  # (batch, 1, 1)
+    if sampler.greedy:
+        target = logits.argmax(-1)  # (batch, fed): the target's token after each fed token
+        return verify_greedy(target[:, 0], target[index, after_at], candidates, random, rows)
+    return verify_logits(sampler, logits[:, 0], logits[index, after_at], candidates, random, rows)
+
+
 def verify_greedy(
     first: Int[Tensor, " batch"],
     after: Int[Tensor, "batch candidate length"],

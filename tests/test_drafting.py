@@ -73,6 +73,28 @@ def test_record_counts_the_guesses_each_row_tried():
     assert calibrated.tolist() == pytest.approx([0.88 / 3, 2.32 / 3])
 
 
+def test_trust_earned_at_a_place_reaches_no_deeper_than_the_chains_verified():
+    """A scale above 1 (guesses held more often than their confidence said) raises a chain's guesses only at the
+    places some verified chain reached; distrust, a scale below 1, lowers every place. Row 0 kept its one guess of
+    confidence 0.5, so its scale is (1 + 1) / (0.5 + 1) = 4/3; row 1 lost it: (0 + 1) / (0.5 + 1) = 2/3. A guess of
+    confidence 0.6 in a bin never tried is then 0.6 x 4/3 = 0.8 at place 0 in row 0 and stays 0.6 at place 1, and
+    0.6 x 2/3 = 0.4 at both places in row 1. Without places (a tree's nodes) the scale reaches every guess."""
+    length = DraftLength(linear(0.1, 0.2), batch=2, device=torch.device("cpu"))
+    length.start()
+    length.more(torch.tensor([0.5, 0.5], dtype=torch.float64))
+    length.record(drafted=torch.tensor([1, 1]), accepted=torch.tensor([1, 0]))
+    confidence = torch.full((2, 2), 0.6, dtype=torch.float64)
+    expect = functools.partial(torch.tensor, dtype=torch.float64)
+    torch.testing.assert_close(length.calibrated(confidence, torch.arange(2)), expect([[0.8, 0.6], [0.4, 0.4]]))
+    torch.testing.assert_close(length.calibrated(confidence), expect([[0.8, 0.8], [0.4, 0.4]]))
+    # a chain of two, both kept in row 0: the scale, now (3 + 1) / (1.5 + 1) = 1.6, reaches place 1 too
+    length.start()
+    length.more(torch.tensor([0.5, 0.5], dtype=torch.float64))
+    length.more(torch.tensor([0.5, 0.5], dtype=torch.float64))
+    length.record(drafted=torch.tensor([2, 2]), accepted=torch.tensor([2, 0]))
+    torch.testing.assert_close(length.calibrated(confidence, torch.arange(2))[0], expect([0.96, 0.96]))
+
+
 def test_a_planned_step_maximises_tokens_less_the_rows_rate_times_cost():
     """`plan`: k maximises E(k) - r T(k) with T(k) = t(k + 1) (copied guesses cost nothing to make) and r the row's
     rate so far (1 before any step); no history, so a chance is its own calibration. The host's 2-token forward is

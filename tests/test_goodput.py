@@ -115,10 +115,10 @@ def test_the_batch_rule_by_hand():
     available = torch.tensor([2, 1])
     for left, planned in (([10, 10], [0, 0]), ([10, 2], [2, 1])):
         length = DraftLength(together(2, 0.0, 0.5), batch=2, device=CPU, remaining=lambda left=left: torch.tensor(left))
-        length.calibrated = lambda chances: chances  # the chances as given, no calibration
+        length.calibrated = lambda chances, place=None: chances  # the chances as given, no calibration
         assert length.plan(chances, available).tolist() == planned
     alone = DraftLength(linear(0.0, 0.5), batch=2, device=CPU)  # each row weighed alone
-    alone.calibrated = lambda chances: chances
+    alone.calibrated = lambda chances, place=None: chances
     assert alone.plan(chances, available).tolist() == [2, 0]
     # a chain: a first guess for every row or for none. With a = 1/2 (no history) each row expects 1.5 tokens for a
     # step of cost 1 + c + t(2) - t(1) against 1 token for 1: 1.8 / 1.5 > 1 does not pay, 1.4 / 1.5 < 1 does
@@ -203,7 +203,7 @@ def test_a_batch_whose_guesses_do_not_pay_decodes_at_greedy_cost():
 def test_rows_rejoin_when_their_chances_rise():
     """A batch that verified nothing while its copies' chances were low verifies again once they are high."""
     length = DraftLength(together(2, 0.0, 0.5), batch=2, device=CPU)
-    length.calibrated = lambda chances: chances
+    length.calibrated = lambda chances, place=None: chances
     available = torch.tensor([3, 3])
     low = torch.full((2, 3), 0.05, dtype=torch.float64)
     for _ in range(3):

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mtdecode import verification
-from mtdecode.sampling import RowRandom, draw
+from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.testing.verifier import check_one_hot_verifier
 from mtdecode.verification import Verdict, verify_candidates
 
@@ -149,3 +149,31 @@ def _check_greedy_shortcut(data, batch: int, count: int, length: int, agree: boo
         assert general.tokens[b, :n].tolist() == greedy.tokens[b, :n].tolist()
     assert torch.equal(general_random.uniform(torch.ones(batch, dtype=torch.long)),
                        greedy_random.uniform(torch.ones(batch, dtype=torch.long)))  # fmt: skip
+
+
+@given(data=st.data(), temperature=st.sampled_from([0.0, 1.0]))
+def test_a_tree_verified_from_its_fed_positions_gets_the_verdict_of_its_gathered_logits(data, temperature):
+    """`verify_fed` (EAGLE's tree: the target's tokens read once per fed position, then gathered) == `verify_logits`
+    on a copy of the logits for every candidate's every token: the same verdict and the same use of the random
+    streams, greedy and sampled. Logits of small integers make ties common (argmax keeps the first)."""
+    batch, fed, count, length = (data.draw(st.integers(1, 3)) for _ in range(4))
+    vocab = 4
+    numbers = st.lists(st.integers(0, 2), min_size=batch * fed * vocab, max_size=batch * fed * vocab)
+    logits = torch.tensor(data.draw(numbers), dtype=torch.float32).reshape(batch, fed, vocab)
+    size = batch * count * length
+    after_at = torch.tensor(data.draw(st.lists(st.integers(0, fed - 1), min_size=size, max_size=size)))
+    after_at = after_at.reshape(batch, count, length)
+    candidates = torch.tensor(data.draw(st.lists(st.integers(-1, vocab - 1), min_size=size, max_size=size)))
+    candidates = candidates.reshape(batch, count, length)
+    sampler = Sampler(temperature=temperature)
+    seeds = list(range(batch))
+    gathered_random, fed_random = RowRandom(seeds), RowRandom(seeds)
+    after = logits[torch.arange(batch)[:, None, None], after_at]  # (batch, candidate, length, vocab)
+    gathered = verification.verify_logits(sampler, logits[:, 0], after, candidates, gathered_random)
+    from_fed = verification.verify_fed(sampler, logits, after_at, candidates, fed_random)
+    assert torch.equal(gathered.candidate, from_fed.candidate) and torch.equal(gathered.accepted, from_fed.accepted)
+    for b in range(batch):
+        n = int(gathered.accepted[b]) + 1
+        assert gathered.tokens[b, :n].tolist() == from_fed.tokens[b, :n].tolist()
+    ones = torch.ones(batch, dtype=torch.long)
+    assert torch.equal(gathered_random.uniform(ones), fed_random.uniform(ones))

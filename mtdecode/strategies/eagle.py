@@ -67,7 +67,7 @@ from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts,
 from mtdecode.model import CausalLM
 from mtdecode.session import Choice, Session, Step
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
-from mtdecode.verification import Verdict, padded, verify_logits
+from mtdecode.verification import Verdict, padded, verify_fed, verify_logits
 from mtdecode.zoo.eagle import TREE_WIDTH, EagleHead, HeadRunner
 
 
@@ -602,8 +602,8 @@ def verify_tree(
     order = rank.argsort(dim=1, stable=True)[:, : int(leaf.sum(1).max())]
     paths = torch.where(valid.gather(1, order)[:, :, None], paths[rows, order], -1)  # (batch, leaves, longest)
     candidates = torch.where(paths >= 0, tokens[rows[:, :, None], paths.clamp(min=0)], -1)
-    after = logits[rows[:, :, None], paths.clamp(min=0) + 1]  # (batch, leaves, longest, vocab): after each node
-    verdict = verify_logits(s.sampler, logits[:, 0], after, candidates, s.random, s.active)
+    after_at = paths.clamp(min=0) + 1  # (batch, leaves, longest): the fed position after each path's node
+    verdict = verify_fed(s.sampler, logits, after_at, candidates, s.random, s.active)
     path = paths[torch.arange(batch, device=device), verdict.candidate.clamp(min=0)]  # (batch, longest)
     accepted = torch.arange(longest, device=device) < verdict.accepted[:, None]
     return verdict, torch.where(accepted & (verdict.candidate >= 0)[:, None], path, -1), features
