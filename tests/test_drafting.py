@@ -75,7 +75,7 @@ def test_record_counts_the_guesses_each_row_tried():
 
 def test_trust_earned_at_a_place_reaches_no_deeper_than_the_chains_verified():
     """A scale above 1 (guesses held more often than their confidence said) raises a chain's guesses only at the
-    places some verified chain reached; distrust, a scale below 1, lowers every place. Row 0 kept its one guess of
+    places the row's verified chains reached; distrust, a scale below 1, lowers every place. Row 0 kept its one guess of
     confidence 0.5, so its scale is (1 + 1) / (0.5 + 1) = 4/3; row 1 lost it: (0 + 1) / (0.5 + 1) = 2/3. A guess of
     confidence 0.6 in a bin never tried is then 0.6 x 4/3 = 0.8 at place 0 in row 0 and stays 0.6 at place 1, and
     0.6 x 2/3 = 0.4 at both places in row 1. Without places (a tree's nodes) the scale reaches every guess."""
