@@ -40,7 +40,7 @@ import mtdecode
 from mtdecode import model as adapter
 from mtdecode import tuning
 from mtdecode.bench import load_suite
-from mtdecode.strategies import REGISTRY, Autoregressive, needs_draft
+from mtdecode.strategies import MTAD, REGISTRY, Autoregressive, needs_draft
 
 #: the ratio to batched greedy that every strategy's default must reach (the issue on batch goodput)
 FLOOR = 0.97
@@ -169,11 +169,19 @@ def cost_line(model, batch: int) -> str:
     return f"t({batch}, n) / t({batch}, 1): {curve}; t({batch}, 1) = {one / unit:.2f} t(1, 1); margin {margin:.3f}"
 
 
-def limit(name: str, stats, model, draft, batch: int, modelled: float | None, beside: tuple[float, float]) -> str:
+def beam_depth_line(model, draft, width: int, batch: int) -> str:
+    """MTAD's guess cost at this batch (`tuning.measure_beam_depth_cost`: a draft forward over W beam tokens per row
+    and their children's scoring) beside a draft forward over W tokens alone, both in units of t(1, 1)."""
+    depth = tuning.measure_beam_depth_cost(model, draft, width, batch)
+    forward = tuning.batch_seconds(draft, batch, width) / tuning.batch_seconds(model, 1, 1)
+    return f"MTAD's depth of {width} beams: {depth:.2f} t(1, 1), of which the draft's forward alone {forward:.2f}"
+
+
+def limit(strategy, stats, model, draft, batch: int, modelled: float | None, beside: tuple[float, float]) -> str:
     """The measurement that keeps a strategy below the floor. Where its forwards alone, priced by t(B, n), reach the
     floor (`modelled`), what the steps spend beside them (`beside`: this run's and greedy's milliseconds per target
-    forward); else what one more verified token (and a draft forward) costs at this batch, against the acceptance
-    the rows showed."""
+    forward); else what one more verified token (and a draft forward, for MTAD a depth of its beams) costs at this
+    batch, against the acceptance the rows showed."""
     if modelled is not None and modelled >= FLOOR:
         return (
             f"limited by the steps' cost beside the forwards: their forwards alone model {modelled:.2f}x, and the run "
@@ -181,7 +189,10 @@ def limit(name: str, stats, model, draft, batch: int, modelled: float | None, be
         )
     one = tuning.batch_seconds(model, batch, 1)
     added = tuning.batch_seconds(model, batch, 2) / one - 1
-    if needs_draft(REGISTRY[name]):
+    if isinstance(strategy, MTAD):
+        unit = tuning.batch_seconds(model, 1, 1)
+        added += tuning.measure_beam_depth_cost(model, draft, strategy.beam_width, batch) * unit / one
+    elif needs_draft(type(strategy)):
         added += tuning.batch_seconds(draft, batch, 1) / one
     return (
         f"limited by t({batch}, n): a first guess costs {added:.2f} of a batched greedy step, and the rows accepted "
@@ -209,6 +220,8 @@ def main() -> None:
     print("measuring t(B, n) where it is not kept yet ...", flush=True)
     for batch in args.batches:  # measured before any race (and kept on disk), so no race pays for it
         tuning.batch_draft_costs(model, draft, batch), tuning.batch_draft_costs(model, None, batch)
+        if "mtad" in made:
+            tuning.measure_beam_depth_cost(model, draft, made["mtad"].beam_width, batch)
     figures = []
     for batch in args.batches:
         for set_name in args.sets:
@@ -224,6 +237,8 @@ def main() -> None:
             base = t["greedy"]["tokens"] / t["greedy"]["seconds"]
             base_modelled = sum(map(len, t["greedy"]["rows"])) / t["greedy"]["modelled"]
             print(f"\n== batch {batch}, {set_name} prompts: {cost_line(model, batch)}")
+            if "mtad" in made:
+                print(f"   {beam_depth_line(model, draft, made['mtad'].beam_width, batch)}")
             paired = f" {'paired (lowest-highest)':>24}" if args.paired else ""
             print(
                 f"  {'':14} {'tok/s':>7} {'vs greedy':>9}{paired} {'modelled':>8} {'beside':>6} {'tok/fwd':>7} "
@@ -246,7 +261,7 @@ def main() -> None:
                 print(f"{line}  {chosen}")
                 if name in made and (statistics.median(pairs) if pairs else speed / base) < FLOOR:
                     spent = (v["beside"], t["greedy"]["beside"])
-                    print(f"  {'':14} below {FLOOR}x: {limit(name, stats, model, draft, batch, modelled, spent)}")
+                    print(f"  {'':14} below {FLOOR}x: {limit(made[name], stats, model, draft, batch, modelled, spent)}")
                 figures.append({
                     "batch": batch, "prompts": set_name, "runner": name, "tokens_per_second": speed,
                     "vs_greedy": speed / base, "identical_rows": same, "paired_ratios": pairs, "modelled": modelled,

@@ -29,8 +29,8 @@ in `result.stats.choices` and `generate` turns into a `GreedyFallbackWarning` wh
 
 The other measurements the rules weigh are kept here too, beside the forward costs: a batch's t(B, n)
 (`batch_seconds`, `batch_draft_costs`), a draft's acceptance (`draft_acceptance`) and Jacobi's own
-(`jacobi_acceptance`), and one more depth of an EAGLE head's tree (`measure_depth_cost`, with its parts in
-`depth_timings`).
+(`jacobi_acceptance`), one more depth of an EAGLE head's tree (`measure_depth_cost`, with its parts in
+`depth_timings`) and one more depth of MTAD's beams (`measure_beam_depth_cost`).
 """
 
 import functools
@@ -219,16 +219,17 @@ def batch_draft_costs(
     *,
     longest: int = 32,
     planned: bool | None = None,
-    draft_tokens: int = 1,
+    draft_cost: float | None = None,
 ) -> BatchCosts:
     """The `BatchCosts` of a batch of `rows` rows, measured on this host, in units of t(1, 1): the target's forwards
-    over 1..`longest` tokens per row and a draft forward over `draft_tokens` tokens per row (one guess; MTAD's beams
-    feed one token each; `draft` None: guesses that cost nothing to make). The curve is planned (`batch_curve`) where
-    there is a draft and as measured where there is none, unless `planned` says otherwise. One row's are
-    `draft_costs`' (or `copy_costs`')."""
+    over 1..`longest` tokens per row and, per guess, a draft forward over one token per row (`draft` None: guesses
+    that cost nothing to make), or `draft_cost` if given (MTAD's, `measure_beam_depth_cost`). The curve is planned
+    (`batch_curve`) where there is a draft and as measured where there is none, unless `planned` says otherwise. One
+    row's are `draft_costs`' (or `copy_costs`')."""
     planned = draft is not None if planned is None else planned
     curve = batch_curve(target, rows, longest, planned=planned)
-    draft_cost = 0.0 if draft is None else batch_seconds(draft, rows, draft_tokens) / forward_costs(target)[1]
+    if draft_cost is None:
+        draft_cost = 0.0 if draft is None else batch_seconds(draft, rows, 1) / forward_costs(target)[1]
     return BatchCosts({rows: DraftCosts(draft_cost, curve, step_overhead(rows))}, margin=batch_margin(target, rows))
 
 
@@ -596,11 +597,49 @@ def depth_timings(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) 
         }
 
 
+def measure_beam_depth_cost(target: CausalLM, draft: CausalLM, width: int, rows: int = 1) -> float:
+    """One more depth of MTAD's beams for a batch of `rows` rows (a draft forward over `width` beam tokens per row
+    after `CONTEXT` entries, then their children scored and the best `width` chosen, as
+    `mtdecode.strategies.mtad.beam_draft` does at temperature 0) against a 1-token target forward of one row after
+    as many tokens, both measured on this host (the fastest of 5 runs each; measured once per draft architecture,
+    width, number of rows and host, and kept on disk, `mtdecode.store`). The scoring is not small beside the
+    forward: it reads `width` x vocabulary probabilities per row in float64."""
+    key = {"draft": store.module_key(draft.hf), "width": width} | ({"rows": rows} if rows > 1 else {})
+    seconds = kept_seconds("beam-depth", key, lambda: _time_beam_depth(draft, width, rows))
+    return seconds / forward_costs(target)[1]
+
+
+def _time_beam_depth(draft: CausalLM, width: int, rows: int, repeats: int = 5) -> float:
+    from mtdecode.sampling import Sampler
+    from mtdecode.strategies.mtad import score_children
+
+    generator = torch.Generator().manual_seed(0)
+    context = torch.randint(0, draft.vocab_size, (rows, CONTEXT), generator=generator).to(draft.device)
+    runner = Runner(draft, "tuning")
+    runner.extend(context)
+    runner.cache.commit()
+    beams = torch.zeros(rows, width, dtype=torch.long, device=draft.device)
+    log_q = torch.zeros(rows, width, 1, dtype=torch.float64, device=draft.device)
+    side_by_side = masks.tree([-1] * width, device=draft.device)
+    offsets = torch.zeros(width, dtype=torch.long, device=draft.device)
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            logits = runner.forward(beams, offsets, side_by_side)  # (rows, W, vocab)
+            _, scores = score_children(Sampler(), logits, log_q)
+            scores.topk(min(width, scores.shape[1]), dim=1)  # `choose` at temperature 0
+            best = min(best, time.perf_counter() - start)
+            runner.cache.crop(runner.cache.lengths)  # the beams' entries go again
+    return best
+
+
 def record_reference() -> None:
     """Measure the reference costs (`mtdecode.store.REFERENCE`) that the course's notebooks read: the default model's
-    forward costs, its draft's, one more depth of its EAGLE head's tree at the default width, the draft's
-    acceptance (`draft_acceptance`) and Jacobi's (`jacobi_acceptance`). Run it on an idle host; it replaces what
-    was there."""
+    forward costs, its draft's, one more depth of its EAGLE head's tree at the default width, one more depth of
+    MTAD's beams at its default width, the draft's acceptance (`draft_acceptance`) and Jacobi's
+    (`jacobi_acceptance`). Run it on an idle host; it replaces what was there."""
+    from mtdecode.strategies.mtad import MTAD
     from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL, EAGLE_MODEL, load_model
 
     for path in store.REFERENCE.glob("*.json"):
@@ -610,6 +649,7 @@ def record_reference() -> None:
     target, draft = load_model(DEFAULT_MODEL), load_model(DRAFT_MODEL)
     forward_costs(target), forward_costs(draft)
     measure_depth_cost(target, load_model(EAGLE_MODEL), TREE_WIDTH)
+    measure_beam_depth_cost(target, draft, MTAD(draft).beam_width)
     draft_acceptance(target, draft)
     jacobi_acceptance(target)
     for path in sorted(store.REFERENCE.glob("*.json")):

@@ -245,6 +245,36 @@ def test_measured_costs_are_used_when_none_are_given(monkeypatch):
     assert len(seen) == 1 and max(step.drafted for step in result.steps) >= 1
 
 
+def test_mtads_measured_guess_costs_a_whole_depth_of_its_beams(tmp_path, monkeypatch):
+    """MTAD() without `costs` prices a guess at one depth of its beams (`tuning.measure_beam_depth_cost`: a draft
+    forward over W beam tokens per row and their children's scoring), measured once per number of rows and kept on
+    disk. With the target as its own draft, a depth as dear as 20 target forwards is never drafted; a free one is."""
+    from mtdecode import tuning
+    from mtdecode.strategies import MTAD
+
+    monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
+    monkeypatch.delenv("MTDECODE_COSTS", raising=False)
+    target, draft = (mtdecode.CausalLM(model) for model in pair())
+    one, two = tuning.measure_beam_depth_cost(target, draft, 2), tuning.measure_beam_depth_cost(target, draft, 2, 2)
+    assert one > 0 and two > 0 and tuning.measure_beam_depth_cost(target, draft, 2, 2) == two
+    assert len(list(tmp_path.glob("beam-depth-*.json"))) == 2
+    asked = []
+
+    def priced(cost):
+        def measured(target, draft, width, rows=1):
+            asked.append((width, rows))
+            return cost
+
+        return measured
+
+    for cost, drafts in ((20.0, False), (0.0, True)):
+        monkeypatch.setattr(tuning, "measure_beam_depth_cost", priced(cost))
+        strategy = MTAD(target, beam_width=2, acceptance=0.9)
+        result = mtdecode.generate(target, [1, 2, 3], strategy, max_new_tokens=30)
+        assert any(step.drafted for step in result.steps) == drafts, cost
+    assert asked == [(2, 1), (2, 1)]
+
+
 @pytest.mark.parametrize(
     "costs, message",
     [({"draft": -0.1, "target": [1, 2]}, "positive"), ({"draft": 0.1, "target": [1]}, "t\\(2\\)")],

@@ -146,3 +146,18 @@ def test_a_draft_with_another_vocabulary_is_refused():
     target, _ = pair(8, "same")
     with pytest.raises(ValueError, match=r"draft's vocabulary \(16 tokens\) differs from the target's \(8\)"):
         mtdecode.generate(target, [1, 2], MTAD(tiny_model("llama", vocab_size=16)), max_new_tokens=4)
+
+
+@given(
+    values=st.lists(
+        st.one_of(st.just(0.0), st.just(1.0), st.just(float("nan")), st.floats(0.0, 1.0, allow_subnormal=True)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_the_log_that_skips_zeros_is_the_log_bit_for_bit(values):
+    """`mtad.log_of(q)` is `q.log()` in every bit (-inf at 0, NaN kept, subnormals and 1 alike): it only spares
+    torch the slow log of 0."""
+    q = torch.tensor(values, dtype=torch.float64)
+    for shape in [(len(values),), (1, len(values), 1)]:
+        assert torch.equal(mtad.log_of(q.reshape(shape)).view(torch.int64), q.reshape(shape).log().view(torch.int64))

@@ -59,7 +59,9 @@ class MTAD:
     - `max_draft_tokens`, `costs`: when `num_draft_tokens` is None (the default), each row's block
       grows until the draft is unsure (`mtdecode.drafting`, as in `Speculative`), at most
       `max_draft_tokens`, weighing `costs` (`BatchCosts` or one row's `DraftCosts`, as in
-      `Speculative`; None: the batch's, measured on this host, a draft forward over `beam_width` tokens per row),
+      `Speculative`; None: the batch's, measured on this host, with one depth of the beams as the draft's cost:
+      a draft forward over `beam_width` tokens per row and the scoring of its children,
+      `mtdecode.tuning.measure_beam_depth_cost`),
       and `acceptance`, the rule's prior chance that a first guess is accepted (as in `Speculative`).
     """
 
@@ -85,8 +87,9 @@ class MTAD:
         length = None
         if self.num_draft_tokens is None:
             costs = self.costs or tuning.batch_draft_costs(
-                s.target.model, draft.model, s.batch, draft_tokens=self.beam_width
-            )  # a depth of the beams: a draft forward over `beam_width` tokens per row
+                s.target.model, draft.model, s.batch,
+                draft_cost=tuning.measure_beam_depth_cost(s.target.model, draft.model, self.beam_width, s.batch),
+            )  # a guess costs a depth of the beams: W tokens per row through the draft, then their children scored
             prior = self.acceptance
             prior = tuning.draft_acceptance(s.target.model, draft.model) if prior is None else prior
             length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior)
@@ -119,6 +122,25 @@ def judged(sampler: Sampler, logits: Float[Tensor, "*rows vocab"]) -> Float[Tens
     return torch.softmax(logits.double(), dim=-1) if sampler.temperature == 0 else sampler.probs(logits.double())
 
 
+def log_of(q: Float[Tensor, "*rows vocab"]) -> Float[Tensor, "*rows vocab"]:
+    """`q.log()`, bit for bit, without taking the log of q's zeros (they give -inf): the default draft computes
+    logits for a part of the vocabulary only (`mtdecode.zoo.draft`), so most of q is 0, and torch's CPU log is
+    several times slower on 0 than on other numbers."""
+    zero = q == 0
+    return torch.where(zero, 1.0, q).log_().masked_fill_(zero, -torch.inf)
+
+
+def score_children(
+    sampler: Sampler, logits: Float[Tensor, "batch beam vocab"], log_q: Float[Tensor, "batch beam depth"]
+) -> tuple[Float[Tensor, "batch beam vocab"], Float[Tensor, "batch options"]]:
+    """One depth's scoring: from the draft's logits after each beam's newest token, log q(token | beam), and
+    every (beam, token) pair's score, beam weight x q(token | beam) as a log, options flattened as
+    (beam vocab) for `choose`."""
+    next_log_q = log_of(judged(sampler, logits))  # (batch, beam, vocab)
+    weight = reduce(log_q, "batch beam depth -> batch beam 1", "sum")  # each beam's log q so far
+    return next_log_q, rearrange(weight + next_log_q, "batch beam vocab -> batch (beam vocab)")
+
+
 def beam_draft(
     s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int, length: DraftLength | None = None
 ) -> tuple[Int[Tensor, "batch k"], Float[Tensor, "batch k"], Int[Tensor, "batch k"], Int[Tensor, " batch"]]:
@@ -141,11 +163,11 @@ def beam_draft(
     path = torch.full((batch, depth), -1, dtype=torch.long, device=s.device)
     if depth == 0:
         return block, block_log_q, path, k
-    q = judged(s.sampler, draft.extend(s.unread(draft), logits_to_keep=1)[:, -1])  # (batch, vocab)
+    first_log_q = log_of(judged(s.sampler, draft.extend(s.unread(draft), logits_to_keep=1)[:, -1]))  # (batch, vocab)
     draft.cache.commit()  # the unread tokens are committed tokens
-    picks = choose(q.log(), width, s.sampler.greedy, s.random, s.active & (k > 0))  # depth 1: (batch, W)
+    picks = choose(first_log_q, width, s.sampler.greedy, s.random, s.active & (k > 0))  # depth 1: (batch, W)
     tokens = rearrange(picks, "batch beam -> batch beam 1")  # (batch, beam, depth so far)
-    first = q.log().gather(1, picks.clamp(min=0)).masked_fill(picks < 0, -torch.inf)  # (batch, beam)
+    first = first_log_q.gather(1, picks.clamp(min=0)).masked_fill(picks < 0, -torch.inf)  # (batch, beam)
     log_q = rearrange(first, "batch beam -> batch beam 1")
     nodes = torch.empty(batch, width, 0, dtype=torch.long, device=s.device)  # tree nodes of the fed tokens
     parents = torch.empty(batch, 0, dtype=torch.long, device=s.device)  # the draft's token tree, in feeding order
@@ -167,15 +189,14 @@ def beam_draft(
         parents = torch.cat([parents, previous], dim=1)
         sees = masks.tree(parents)[:, -beams:]  # (batch, W, pending + W)
         offsets = masks.tree_positions(parents)[:, -beams:]  # (batch, W): depth d - 1 below the committed tokens
-        q = judged(s.sampler, draft.forward(tokens[:, :, -1].clamp(min=0), offsets, sees))  # (batch, W, vocab)
-        # score every (beam, token) pair by beam weight x q(token | beam); keep W pairs
-        weight = reduce(log_q, "batch beam depth -> batch beam 1", "sum")  # each beam's log q so far
-        scores = rearrange(weight + q.log(), "batch beam vocab -> batch (beam vocab)")
+        logits = draft.forward(tokens[:, :, -1].clamp(min=0), offsets, sees)  # (batch, W, vocab)
+        next_log_q, scores = score_children(s.sampler, logits, log_q)  # every (beam, token) pair scored
         picks = choose(scores, width, s.sampler.greedy, s.random, s.active & (k > d))  # (batch, W)
         pair = picks.clamp(min=0)
-        beam, token = pair.div(q.shape[-1], rounding_mode="floor"), pair % q.shape[-1]  # (beam vocab) undone
+        vocab = next_log_q.shape[-1]
+        beam, token = pair.div(vocab, rounding_mode="floor"), pair % vocab  # (beam vocab) undone
         beam_rows = rows[:, None]
-        token_log_q = q[beam_rows, beam, token].log().masked_fill(picks < 0, -torch.inf)
+        token_log_q = next_log_q[beam_rows, beam, token].masked_fill(picks < 0, -torch.inf)
         tokens = torch.cat([tokens[beam_rows, beam], torch.where(picks < 0, -1, token)[:, :, None]], dim=2)
         log_q = torch.cat([log_q[beam_rows, beam], token_log_q[:, :, None]], dim=2)
         nodes = torch.cat([nodes[beam_rows, beam], new_nodes[beam_rows, beam][:, :, None]], dim=2)
