@@ -669,14 +669,15 @@ def drafting_choice(
     return Choice(strategy, setting, f"{declined} row steps drafted nothing because {pays}")
 
 
-def rule_choice(name: str, length: DraftLength, steps: list[Step]) -> Choice:
+def rule_choice(name: str, length: DraftLength, steps: list[Step], *, drafting: str = "a draft forward") -> Choice:
     """What the stopping rule chose over the run (`Stats.choices`), with its break-even: a first guess pays only
-    while the row's acceptance a exceeds (c + t(2) - t(1)) / t(1) (the rule with i = 0)."""
+    while the row's acceptance a exceeds (c + t(2) - t(1)) / t(1) (the rule with i = 0). `drafting` names what c
+    pays for (MTAD: a depth of its beams)."""
     c = length.costs
     added = c.t(2) - c.t(1)
     pays = (
         f"the row's acceptance so far was below the {(c.draft + added) / c.step(0):.0%} at which a first guess "
-        f"pays (a draft forward costs {c.draft:.2f} of a 1-token target forward, one more verified token {added:.2f})"
+        f"pays ({drafting} costs {c.draft:.2f} of a 1-token target forward, one more verified token {added:.2f})"
     )
     fix = f"{name}(draft, num_draft_tokens=k) drafts k guesses every step"
     return drafting_choice(name, length, steps, guesses="guesses", pays=pays, fix=fix)
