@@ -42,8 +42,10 @@ import weakref
 import torch
 
 from mtdecode import masks, store
+from mtdecode.beams import BEAM_WIDTH, score_children
 from mtdecode.drafting import BatchCosts, DraftCosts
 from mtdecode.model import CausalLM, Runner
+from mtdecode.sampling import Sampler
 from mtdecode.session import Choice
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.zoo.eagle import TREE_WIDTH, EagleHead, HeadRunner
@@ -600,19 +602,16 @@ def depth_timings(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) 
 def measure_beam_depth_cost(target: CausalLM, draft: CausalLM, width: int, rows: int = 1) -> float:
     """One more depth of MTAD's beams for a batch of `rows` rows (a draft forward over `width` beam tokens per row
     after `CONTEXT` entries, then their children scored and the best `width` chosen, as
-    `mtdecode.strategies.mtad.beam_draft` does at temperature 0) against a 1-token target forward of one row after
-    as many tokens, both measured on this host (the fastest of 5 runs each; measured once per draft architecture,
-    width, number of rows and host, and kept on disk, `mtdecode.store`). The scoring is not small beside the
-    forward: it reads `width` x vocabulary probabilities per row in float64."""
+    `mtdecode.strategies.mtad.beam_draft` does at temperature 0, with `mtdecode.beams`) against a 1-token target
+    forward of one row after as many tokens, both measured on this host (the fastest of 5 runs each; measured once
+    per draft architecture, width, number of rows and host, and kept on disk, `mtdecode.store`). The scoring is not
+    small beside the forward: it reads `width` x vocabulary probabilities per row in float64."""
     key = {"draft": store.module_key(draft.hf), "width": width} | ({"rows": rows} if rows > 1 else {})
     seconds = kept_seconds("beam-depth", key, lambda: _time_beam_depth(draft, width, rows))
     return seconds / forward_costs(target)[1]
 
 
 def _time_beam_depth(draft: CausalLM, width: int, rows: int, repeats: int = 5) -> float:
-    from mtdecode.sampling import Sampler
-    from mtdecode.strategies.mtad import score_children
-
     generator = torch.Generator().manual_seed(0)
     context = torch.randint(0, draft.vocab_size, (rows, CONTEXT), generator=generator).to(draft.device)
     runner = Runner(draft, "tuning")
@@ -639,7 +638,6 @@ def record_reference() -> None:
     forward costs, its draft's, one more depth of its EAGLE head's tree at the default width, one more depth of
     MTAD's beams at its default width, the draft's acceptance (`draft_acceptance`) and Jacobi's
     (`jacobi_acceptance`). Run it on an idle host; it replaces what was there."""
-    from mtdecode.strategies.mtad import MTAD
     from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL, EAGLE_MODEL, load_model
 
     for path in store.REFERENCE.glob("*.json"):
@@ -649,7 +647,7 @@ def record_reference() -> None:
     target, draft = load_model(DEFAULT_MODEL), load_model(DRAFT_MODEL)
     forward_costs(target), forward_costs(draft)
     measure_depth_cost(target, load_model(EAGLE_MODEL), TREE_WIDTH)
-    measure_beam_depth_cost(target, draft, MTAD(draft).beam_width)
+    measure_beam_depth_cost(target, draft, BEAM_WIDTH)
     draft_acceptance(target, draft)
     jacobi_acceptance(target)
     for path in sorted(store.REFERENCE.glob("*.json")):

@@ -34,14 +34,15 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from einops import rearrange, reduce, repeat
+from einops import rearrange, repeat
 from transformers import PreTrainedModel
 
 from mtdecode import masks, tuning
+from mtdecode.beams import BEAM_WIDTH, judged, log_of, score_children
 from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, rule_choice
 from mtdecode.model import CausalLM, Runner
 from mtdecode.plain import prefill
-from mtdecode.sampling import RowRandom, Sampler, draw
+from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
@@ -67,7 +68,7 @@ class MTAD:
 
     draft: CausalLM | PreTrainedModel
     num_draft_tokens: int | None = None
-    beam_width: int = 4
+    beam_width: int = BEAM_WIDTH
     threshold: float = 0.5
     max_draft_tokens: int = 20
     costs: DraftCosts | BatchCosts | None = None
@@ -121,30 +122,6 @@ class MTAD:
             accepted = torch.arange(block.shape[1], device=s.device) < n[:, None]
             ratio = ((log_p - log_q) * accepted).sum(1)  # log P/Q of the accepted prefix
             yield commit(s, draft, path, block, n, new_token, k, log_ratio=ratio)  # step 5
-
-
-def judged(sampler: Sampler, logits: Float[Tensor, "*rows vocab"]) -> Float[Tensor, "*rows vocab"]:
-    """The distribution both models are judged by: the Sampler's, or the plain softmax at temperature 0."""
-    return torch.softmax(logits.double(), dim=-1) if sampler.temperature == 0 else sampler.probs(logits.double())
-
-
-def log_of(q: Float[Tensor, "*rows vocab"]) -> Float[Tensor, "*rows vocab"]:
-    """`q.log()`, bit for bit, without taking the log of q's zeros (they give -inf): the default draft computes
-    logits for a part of the vocabulary only (`mtdecode.zoo.draft`), so most of q is 0, and torch's CPU log is
-    several times slower on 0 than on other numbers."""
-    zero = q == 0
-    return torch.where(zero, 1.0, q).log_().masked_fill_(zero, -torch.inf)
-
-
-def score_children(
-    sampler: Sampler, logits: Float[Tensor, "batch beam vocab"], log_q: Float[Tensor, "batch beam depth"]
-) -> tuple[Float[Tensor, "batch beam vocab"], Float[Tensor, "batch options"]]:
-    """One depth's scoring: from the draft's logits after each beam's newest token, log q(token | beam), and
-    every (beam, token) pair's score, beam weight x q(token | beam) as a log, options flattened as
-    (beam vocab) for `choose`."""
-    next_log_q = log_of(judged(sampler, logits))  # (batch, beam, vocab)
-    weight = reduce(log_q, "batch beam depth -> batch beam 1", "sum")  # each beam's log q so far
-    return next_log_q, rearrange(weight + next_log_q, "batch beam vocab -> batch (beam vocab)")
 
 
 def beam_draft(

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import oracle
+from mtdecode.beams import judged
 from mtdecode.generate import GenerationResult
 from mtdecode.model import CausalLM
 from mtdecode.sampling import Sampler
-from mtdecode.strategies.mtad import judged
 from mtdecode.tensor_types import Float, Tensor
 from mtdecode.testing.distribution import block_cells, sampled_run
 from mtdecode.testing.tolerance import rounding_tolerance
