@@ -81,20 +81,16 @@ class MTAD:
         if not (isinstance(self.threshold, int | float) and math.isfinite(self.threshold) and self.threshold > 0):
             raise ValueError(f"threshold must be a number > 0, got {self.threshold!r}")
 
-    def depth_cost(self, target: CausalLM, draft: CausalLM, rows: int) -> float:
-        """What a guess costs when `costs` is None: one more depth of the beams, W tokens per row through the draft
-        and the scoring of their children (`tuning.measure_beam_depth_cost`)."""
-        return tuning.measure_beam_depth_cost(target, draft, self.beam_width, rows)
-
     def decode(self, s: Session) -> Iterator[list[Step]]:
         draft = s.draft_runner(self.draft)
         greedy = s.sampler.greedy
         rows = torch.arange(s.batch, device=s.device)
         length = None
         if self.num_draft_tokens is None:
-            costs = self.costs or tuning.batch_draft_costs(
-                s.target.model, draft.model, s.batch, draft_cost=self.depth_cost(s.target.model, draft.model, s.batch)
-            )
+            costs = self.costs
+            if costs is None:  # a guess costs a depth of the beams: W tokens per row through the draft, then scoring
+                depth = tuning.measure_beam_depth_cost(s.target.model, draft.model, self.beam_width, s.batch)
+                costs = tuning.batch_draft_costs(s.target.model, draft.model, s.batch, draft_cost=depth)
             prior = self.acceptance
             prior = tuning.draft_acceptance(s.target.model, draft.model) if prior is None else prior
             length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior)
