@@ -287,7 +287,7 @@ def test_mtdecode_check_imports_from_the_current_folder_and_leaves_no_hypothesis
 def test_mtdecode_check_runs_a_decoder_in_another_interpreter(decoder_module, capsys, monkeypatch):
     """--python: the decoder runs in a subprocess of the given interpreter (here this one), and is judged the same."""
     monkeypatch.chdir(decoder_module)
-    options = ("--checks", "greedy", "--families", "llama", "--examples", "3", "--python", sys.executable)
+    options = ("--checks", "greedy", "--families", "llama", "--examples", "1", "--python", sys.executable)
     code, out, _ = mtdecode_check("my_decoders:off_by_one", *options, capsys=capsys)
     assert code == 1 and "check_greedy FAILED" in out and f"(in {sys.executable})" in out, out
 
@@ -338,7 +338,7 @@ from my_decoders import good, off_by_one
 
 
 def test_good(decoding_oracle):
-    decoding_oracle.assert_conforms(good, examples=5)
+    decoding_oracle.assert_conforms(good, examples=2)
 
 
 def test_wrong(decoding_oracle):

@@ -27,6 +27,14 @@ def default():
     return mtdecode.load_model(), mtdecode.load_tokenizer()
 
 
+@functools.cache
+def greedy(prompt: str) -> list[int]:
+    """Our greedy tokens after the prompt (`NEW_TOKENS` of them): several tests compare with them, and a worker
+    decodes them once."""
+    model, _ = default()
+    return greedy_tokens(model, chat(prompt), NEW_TOKENS)
+
+
 def chat(prompt: str) -> list[int]:
     _, tokenizer = default()
     return tokenizer.apply_chat_template(
@@ -45,7 +53,7 @@ def test_default_model_is_the_real_smollm2():
 def test_greedy_equals_transformers_on_smollm2(prompt):
     model, _ = default()
     ids = chat(prompt)
-    ours = greedy_tokens(model, ids, NEW_TOKENS)
+    ours = greedy(prompt)
     theirs = hf_greedy_tokens(model, ids, NEW_TOKENS)
     assert len(ours) == len(theirs) == NEW_TOKENS
     tie = first_divergence(model, ids, ours, theirs)
@@ -62,10 +70,9 @@ def test_the_shipped_draft_loads_and_speculative_greedy_equals_greedy():
     assert type(draft.hf).__name__ == "SubsetHeadLlama" and draft.vocab_size == model.vocab_size
     for prompt in PROMPTS[:2]:
         ids = chat(prompt)
-        greedy = greedy_tokens(model, ids, NEW_TOKENS)
         result = mtdecode.generate(model, ids, Speculative(draft, 4), max_new_tokens=NEW_TOKENS)
         ours = result.tokens[0].tolist()
-        tie = first_divergence(model, ids, ours, greedy)
+        tie = first_divergence(model, ids, ours, greedy(prompt))
         assert tie is None or tie.within_rounding, f"speculative parts from greedy without a near tie: {tie}"
         # The trained weights are really loaded: the recipe's untrained starting point (copied
         # layers) accepts almost nothing, the shipped draft clearly more; compare them with
@@ -87,10 +94,9 @@ def test_the_shipped_eagle_head_loads_beats_an_untrained_one_and_eagle_greedy_eq
     torch.manual_seed(0)  # the untrained head's starting weights, as the recipe draws them
     untrained = EagleHead(model.config, head.embedding, model.hf.get_output_embeddings().weight, head.head_token_ids)
     ids = chat(PROMPTS[1])
-    greedy = greedy_tokens(model, ids, NEW_TOKENS)
     shape = dict(depth=4, width=3, tree_size=8, lookup=0)
     trained = mtdecode.generate(model, ids, Eagle(head, **shape), max_new_tokens=NEW_TOKENS)
-    tie = first_divergence(model, ids, trained.tokens[0].tolist(), greedy)
+    tie = first_divergence(model, ids, trained.tokens[0].tolist(), greedy(PROMPTS[1]))
     assert tie is None or tie.within_rounding, f"eagle parts from greedy without a near tie: {tie}"
     plain = mtdecode.generate(model, ids, Eagle(untrained.eval(), **shape), max_new_tokens=NEW_TOKENS)
     assert trained.stats.tokens_per_forward > 1.5, trained.stats
@@ -105,11 +111,10 @@ def test_the_shipped_eagle_heads_int8_form_accepts_as_much_and_eagle_greedy_equa
 
     model, _ = default()
     ids = chat(PROMPTS[1])
-    greedy = greedy_tokens(model, ids, NEW_TOKENS)
     int8 = mtdecode.load_model("smollm2-135m-eagle", quantize="int8")
     shape = dict(depth=4, width=3, tree_size=8, lookup=0)
     fast = mtdecode.generate(model, ids, Eagle(int8, **shape), max_new_tokens=NEW_TOKENS)
-    tie = first_divergence(model, ids, fast.tokens[0].tolist(), greedy)
+    tie = first_divergence(model, ids, fast.tokens[0].tolist(), greedy(PROMPTS[1]))
     assert tie is None or tie.within_rounding, f"eagle (int8 head) parts from greedy without a near tie: {tie}"
     assert fast.stats.tokens_per_forward > 1.5, fast.stats
 
