@@ -126,8 +126,9 @@ def theirs(model, prompts, new_tokens, eos):
 
 def race(runners: dict, rounds: int, label: str, paired: bool = False, models: dict | None = None) -> dict:
     """Run every runner `rounds` times, rotating who goes first; sum seconds and tokens, keep the last stats and, for
-    the named `models`, the modelled seconds of the last run's forwards (`modelled_seconds`). With `paired`, each other
-    runner's run is paired with a greedy run beside it, and its pairs' ratios are kept."""
+    the named `models`, the modelled seconds of the last run's forwards (`modelled_seconds`), and every run's tokens/s
+    and work (its tokens and forward shapes, for `fastest_ratio`). With `paired`, each other runner's run is paired
+    with a greedy run beside it, and its pairs' ratios and greedy speeds are kept."""
     totals = {name: {"seconds": 0.0, "tokens": 0, "rows": None, "stats": None, "pairs": [], "modelled": None,
                      "beside": None, "speeds": [], "beside_greedy": [], "work": set()} for name in runners}  # fmt: skip
     names = list(runners)
