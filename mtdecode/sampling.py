@@ -140,6 +140,11 @@ class RowRandom:
         self.drawn = self.drawn + counts
         return _shift_right(bits, 11).double() / 2.0**53  # the top 53 bits: a float64 in [0, 1)
 
+    def skip(self, counts: Int[Tensor, " batch"] | int = 1) -> None:
+        """Use up `counts[b]` numbers of row b's stream without making them: what `uniform(counts)` leaves
+        behind, for a rule that draws numbers it then ignores (the greedy shortcuts)."""
+        self.drawn = self.drawn + torch.as_tensor(counts, dtype=torch.long, device=self.keys.device)
+
 
 def draw(
     probs: Float[Tensor, "batch vocab"], random: RowRandom, rows: Bool[Tensor, " batch"] | None = None

@@ -142,8 +142,8 @@ def verify_greedy(
 ) -> Verdict:
     """`verify_candidates` when p is one-hot (temperature 0), given the target's tokens instead of p: `first` is
     its token after x0, `after[b, c, k]` its token after candidate c's tokens 0..k. A proposal is accepted exactly
-    when it is the target's token (p(x) is 1 or 0), so no number is drawn but the final token's, which is drawn
-    from the stream as the general rule does and then ignored: both rules leave the random streams alike."""
+    when it is the target's token (p(x) is 1 or 0), so no number is needed; the final token's number, which the
+    general rule draws, is skipped: both rules leave the random streams alike."""
     batch, count, length = candidates.shape
     length = length if count else 0
     device = first.device
@@ -166,7 +166,7 @@ def verify_greedy(
         leader = _first_true(alive).clamp(min=0)  # as `p_after`: the first candidate still alive
         target = torch.where(stopped, target, after[torch.arange(batch, device=device), leader, k])
     best = torch.where(stopped, best, _first_true(alive))
-    random.uniform(rows.long())  # the general rule's final draw uses one number per drawing row
+    random.skip(rows.long())  # the general rule's final draw uses one number per drawing row
     tokens, _ = with_new_token(taken, accepted, target)
     return Verdict(best, accepted, tokens)
 
@@ -183,7 +183,7 @@ def _verify_greedy_chain(
     targets = torch.cat([first[:, None], after], dim=1)  # (batch, length + 1): the target's token at x0, after each
     matched = (guesses == targets[:, :-1]).long().cumprod(1)  # 1 while every guess so far was the target's token
     accepted = torch.where(rows, matched.sum(1), 0)
-    random.uniform(rows.long())  # the general rule's final draw, as in `verify_greedy`
+    random.skip(rows.long())  # the general rule's final draw, as in `verify_greedy`
     taken = torch.where(torch.arange(guesses.shape[1], device=guesses.device) < accepted[:, None], guesses, 0)
     tokens, _ = with_new_token(taken, accepted, targets.gather(1, accepted[:, None])[:, 0])
     best = torch.where(rows, 0, NONE)

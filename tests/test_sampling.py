@@ -100,6 +100,16 @@ def test_generate_samples_from_the_sampler_distribution():
     assert result.passed, str(result)
 
 
+@pytest.mark.parametrize("counts", [torch.tensor([0, 3, 1]), torch.tensor([2, 0, 5]), 4], ids=str)
+def test_skipping_numbers_leaves_a_stream_where_drawing_them_does(counts):
+    """`skip(counts)`, which the greedy shortcuts use in place of numbers they would ignore, moves every row's stream
+    exactly as far as `uniform(counts)`: the next numbers agree bit for bit."""
+    drawing, skipping = RowRandom([5, 6, 7]), RowRandom([5, 6, 7])
+    drawing.uniform(counts)
+    skipping.skip(counts)
+    assert torch.equal(drawing.uniform(3), skipping.uniform(3))
+
+
 def test_a_seed_reproduces_a_run():
     model = tiny_model("qwen2", vocab_size=32, seed=3)
     runs = [

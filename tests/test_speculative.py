@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mtdecode
+from mtdecode.sampling import RowRandom
 from mtdecode.session import with_new_token
 from mtdecode.strategies import speculative
 from mtdecode.strategies.speculative import Speculative
@@ -58,6 +59,34 @@ def test_an_unrelated_draft_is_mostly_rejected_and_a_copy_always_accepted():
     assert few.mean_accepted < 1.0 < 4.0 == all_.mean_accepted
     assert all_.accepted_per_position == all_.drafted_per_position == (8, 8, 8, 8)
     assert all_.tokens_per_forward == 5.0
+
+
+@given(data=st.data())
+def test_the_greedy_judgement_is_the_general_rule_on_one_hot_p_and_q(data):
+    """`judge_greedy` on the argmaxes == `accept` then `correct` on one-hot p and q: the same number of kept guesses
+    and new token in every drawing row, and the same numbers used from every row's stream. A vocabulary of 3 makes
+    agreement common; guesses past a row's own k are anything; some rows do not draw (one at least does)."""
+    batch, width, vocab = data.draw(st.integers(1, 4)), data.draw(st.integers(0, 6)), 3
+    token = st.integers(0, vocab - 1)
+
+    def tokens(*shape: int) -> torch.Tensor:
+        size = shape[0] * shape[1]
+        return torch.tensor(data.draw(st.lists(token, min_size=size, max_size=size)), dtype=torch.long).reshape(shape)
+
+    target, guesses = tokens(batch, width + 1), tokens(batch, width)
+    agreeing = torch.tensor(data.draw(st.lists(st.integers(0, width), min_size=batch, max_size=batch)))
+    guesses = torch.where(torch.arange(width) < agreeing[:, None], target[:, :width], guesses)  # long matches too
+    k = torch.tensor(data.draw(st.lists(st.integers(0, width), min_size=batch, max_size=batch)), dtype=torch.long)
+    rows = torch.tensor(data.draw(st.lists(st.booleans(), min_size=batch, max_size=batch).filter(any)))
+    k[rows.long().argmax()] = width  # as in a decode: the guesses are as wide as the widest drawing row's k
+    p, q = (torch.nn.functional.one_hot(t, vocab).double() for t in (target, guesses))
+    general_random, greedy_random = RowRandom(range(batch)), RowRandom(range(batch))
+    accepted = speculative.accept(guesses, p, q, k, general_random, rows)
+    new_token = speculative.correct(p, q, accepted, k, general_random, rows)
+    greedy_accepted, greedy_new_token = speculative.judge_greedy(target, guesses, k, greedy_random, rows)
+    assert torch.equal(accepted[rows], greedy_accepted[rows])
+    assert torch.equal(new_token[rows], greedy_new_token[rows])
+    assert torch.equal(general_random.drawn, greedy_random.drawn)
 
 
 def test_stats_count_acceptance_per_position():

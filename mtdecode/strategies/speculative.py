@@ -26,9 +26,13 @@ and `generate` warns (`GreedyFallbackWarning`).
 In a batch every row runs these steps on its own: its own k (fewer near the end of its
 budget), its own guesses and draws, its own number of accepted guesses.
 
-Greedy needs no special case: with temperature 0 the Sampler's p and q are one-hot, so
-p_i(d_i)/q_i(d_i) is 1 when the target agrees and 0 when it does not, and the residual
-norm(max(0, p_i - q_i)) is the target's argmax.
+At temperature 0 the Sampler's p and q are one-hot, so p_i(d_i)/q_i(d_i) is 1 when the
+target agrees and 0 when it does not, and the residual norm(max(0, p_i - q_i)) is the
+target's argmax: the rule keeps the guesses up to the first one that is not the target's
+argmax, then adds the target's argmax. `judge_greedy` does exactly that on the models'
+argmaxes, without building one-hot distributions over the vocabulary; it draws the random
+numbers that the general rule draws, and ignores them, so both leave every row's random
+stream alike.
 """
 
 from collections.abc import Iterator
@@ -44,6 +48,7 @@ from mtdecode.plain import prefill, sample_next
 from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
+from mtdecode.verification import NONE, verify_greedy
 
 
 @dataclass(frozen=True)
@@ -97,9 +102,13 @@ class Speculative:
                 s.catch_up(draft, drafted=k)  # the draft rests: it reads what it missed when it next drafts
                 yield steps
                 continue
-            p = verify(s, guesses)
-            accepted = accept(guesses, p, q, k, s.random, s.active)
-            new_token = correct(p, q, accepted, k, s.random, s.active)
+            logits = verify(s, guesses)
+            if q is None:  # temperature 0: lines 5-10 on the argmaxes
+                accepted, new_token = judge_greedy(logits.argmax(-1), guesses, k, s.random, s.active)
+            else:
+                p = s.sampler.probs(logits)
+                accepted = accept(guesses, p, q, k, s.random, s.active)
+                new_token = correct(p, q, accepted, k, s.random, s.active)
             if length is not None:
                 length.record(k, accepted)
             yield commit(s, draft, guesses, accepted, new_token, k)
@@ -107,9 +116,10 @@ class Speculative:
 
 def draft_tokens(
     s: Session, draft: Runner, k: Int[Tensor, " batch"], length: DraftLength | None = None
-) -> tuple[Int[Tensor, "batch guesses"], Float[Tensor, "batch guesses vocab"], Int[Tensor, " batch"]]:
-    """Algorithm 1, lines 1-3: up to k[b] guesses per row from q, one draft forward each; also q_1..q_k,
-    and how many guesses each row drew (k[b], or fewer where `length` stopped the row).
+) -> tuple[Int[Tensor, "batch guesses"], Float[Tensor, "batch guesses vocab"] | None, Int[Tensor, " batch"]]:
+    """Algorithm 1, lines 1-3: up to k[b] guesses per row from q, one draft forward each; also q_1..q_k
+    (None at temperature 0, where each guess is the draft's argmax), and how many guesses each row drew
+    (k[b], or fewer where `length` stopped the row).
 
     Every row feeds the widest row's number of tokens; a row that has stopped draws nothing more
     (its later columns are never used).
@@ -122,8 +132,12 @@ def draft_tokens(
     drafted = torch.zeros_like(k)
     while bool(going.any()):
         logits = draft.extend(feed, logits_to_keep=1)[:, -1]  # (batch, vocab)
-        q_i = s.sampler.probs(logits)
-        d_i = draw(q_i, s.random, rows=going)  # (batch,)
+        if s.sampler.greedy:  # q_i is one-hot on the argmax: `draw` would return it, using one number per row
+            q_i, d_i = None, logits.argmax(-1)
+            s.random.skip(going.long())
+        else:
+            q_i = s.sampler.probs(logits)
+            d_i = draw(q_i, s.random, rows=going)  # (batch,)
         drafted += going.long()
         going &= drafted < k
         if length is not None:  # the stopping rule reads q only (at temperature 0, the draft's softmax)
@@ -133,19 +147,19 @@ def draft_tokens(
         guesses.append(d_i)
         q_rows.append(q_i)
     if not guesses:
-        vocab = draft.model.vocab_size
         empty = torch.empty(s.batch, 0, dtype=torch.long, device=s.device)
-        return empty, torch.empty(s.batch, 0, vocab, dtype=draft.model.dtype, device=s.device), drafted
-    return torch.stack(guesses, dim=1), torch.stack(q_rows, dim=1), drafted
+        return empty, None, drafted
+    return torch.stack(guesses, dim=1), None if s.sampler.greedy else torch.stack(q_rows, dim=1), drafted
 
 
 def verify(s: Session, guesses: Int[Tensor, "batch guesses"]) -> Float[Tensor, "batch guesses_plus_1 vocab"]:
-    """Algorithm 1, line 4: p_1..p_{k+1} from one target forward over each row's unread context and d_1..d_k.
+    """Algorithm 1, line 4: the target's logits for p_1..p_{k+1}, from one forward over each row's unread context
+    and d_1..d_k.
 
     On the first step the context is the whole prompt: the prefill and the first verification share one forward.
     """
     fed = [row + guess for row, guess in zip(s.unread(s.target), guesses.tolist(), strict=True)]
-    return s.sampler.probs(s.target.extend(fed, logits_to_keep=guesses.shape[1] + 1))
+    return s.target.extend(fed, logits_to_keep=guesses.shape[1] + 1)
 
 
 def accept(
@@ -183,6 +197,23 @@ def correct(
     # p equals q up to rounding, or every guess was kept: a rejection had probability 0, so p is the answer
     from_p = (accepted == k) | (residual.sum(-1) <= 0)
     return draw(torch.where(from_p[:, None], p_n, residual), random, rows)
+
+
+def judge_greedy(
+    target: Int[Tensor, "batch guesses_plus_1"],
+    guesses: Int[Tensor, "batch k"],
+    k: Int[Tensor, " batch"],
+    random: RowRandom,
+    rows: Bool[Tensor, " batch"],
+) -> tuple[Int[Tensor, " batch"], Int[Tensor, " batch"]]:
+    """Lines 5-10 at temperature 0, given the target's argmax after x0 and after each guess: how many guesses each
+    row kept (up to the first that is not the target's token, of its own k) and the new token (the target's token
+    after them). `accept` and `correct` on one-hot p and q give the same, and draw k[b] + 1 numbers per row: so
+    does this, and ignores them."""
+    random.skip(torch.where(rows, k, 0))  # line 5's uniforms, one per guess of a drawing row
+    own = torch.arange(guesses.shape[1], device=guesses.device) < k[:, None]  # (batch, k): a row's own guesses
+    verdict = verify_greedy(target[:, 0], target[:, None, 1:], torch.where(own, guesses, NONE)[:, None], random, rows)
+    return verdict.accepted, verdict.tokens.gather(1, verdict.accepted[:, None])[:, 0]
 
 
 def commit(
