@@ -1,7 +1,9 @@
 """Every strategy against batched greedy and transformers' batched `generate`, at batch 1 to 32.
 
 For each batch size B and each prompt set (`mixed`: the benchmark suite's tasks in turn; `code`: its
-code-editing prompts), one interleaved race on the default model: batched greedy
+code-editing prompts), one interleaved race on the default model over max(B, 4) prompts (`--least-prompts`),
+decoded B rows at a time, so that a small batch's figures do not rest on one prompt's acceptance and batches 1, 2
+and 4 decode the same prompts: batched greedy
 (`Autoregressive`), transformers' `generate(do_sample=False)` on the same left-padded prompts, and
 every strategy in the registry with its defaults (the draft model where one is needed). Who goes
 first rotates from round to round, so a busy moment hits every runner alike. Rows stop at the
@@ -29,7 +31,7 @@ the cost beside the forwards where the forwards alone reach 0.97x, else t(B, n) 
 
     python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 2 4 8 16 32]
                                           [--sets mixed code] [--strategies eagle ...] [--paired]
-                                          [--json build/batch.json]
+                                          [--least-prompts 4] [--json build/batch.json]
 """
 
 import argparse
@@ -46,6 +48,7 @@ import mtdecode
 from mtdecode import model as adapter
 from mtdecode import tuning
 from mtdecode.bench import load_suite
+from mtdecode.generate import Stats
 from mtdecode.strategies import MTAD, REGISTRY, Autoregressive, needs_draft
 
 #: the ratio to batched greedy that every strategy's default must reach (the issue on batch goodput)
@@ -69,12 +72,33 @@ def up_to_eos(row: list[int], eos: int) -> list[int]:
     return row[: row.index(eos) + 1] if eos in row else row
 
 
-def ours(model, prompts, new_tokens, eos, strategy):
-    """mtdecode, one batched call: each row's tokens and the result's stats."""
-    result = mtdecode.generate(
-        model, prompts, strategy, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=eos, seed=0
-    )
-    return [result.row(b) for b in range(len(prompts))], result.stats
+def ours(model, groups, new_tokens, eos, strategy):
+    """mtdecode, one batched call per group of prompts: each row's tokens and the calls' stats together."""
+    rows, stats = [], []
+    for prompts in groups:
+        result = mtdecode.generate(
+            model, prompts, strategy, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=eos, seed=0
+        )
+        rows += [result.row(b) for b in range(len(prompts))]
+        stats.append(result.stats)
+    return rows, together(stats)
+
+
+def together(calls: list) -> Stats:
+    """The `Stats` of several `generate` calls as one: counts summed, each call's choices kept."""
+    places = max(len(s.drafted_per_position) for s in calls)
+
+    def per_place(name: str) -> tuple[int, ...]:
+        return tuple(sum(getattr(s, name)[i] for s in calls if i < len(getattr(s, name))) for i in range(places))
+
+    return Stats(
+        new_tokens=sum(s.new_tokens for s in calls), target_forwards=sum(s.target_forwards for s in calls),
+        draft_forwards=sum(s.draft_forwards for s in calls), seconds=sum(s.seconds for s in calls),
+        row_forwards=sum(s.row_forwards for s in calls), drafted_per_position=per_place("drafted_per_position"),
+        accepted_per_position=per_place("accepted_per_position"),
+        accepted_lengths=tuple(n for s in calls for n in s.accepted_lengths),
+        log_ratios=tuple(r for s in calls for r in s.log_ratios), choices=tuple(c for s in calls for c in s.choices),
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -112,16 +136,19 @@ def beside_forwards(seconds: float, fed: list) -> float:
     return 1000 * (seconds - sum(spent for *_, spent in fed)) / max(steps, 1)
 
 
-def theirs(model, prompts, new_tokens, eos):
-    """transformers' generate on left-padded prompts: each row's tokens up to EOS."""
-    width = max(map(len, prompts))
-    ids = torch.tensor([[eos] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    out = model.hf.generate(
-        ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=eos,
-        top_k=None, top_p=None, temperature=None,
-    )  # fmt: skip
-    return [up_to_eos(row, eos) for row in out[:, width:].tolist()], None
+def theirs(model, groups, new_tokens, eos):
+    """transformers' generate on each group of left-padded prompts: each row's tokens up to EOS."""
+    rows = []
+    for prompts in groups:
+        width = max(map(len, prompts))
+        ids = torch.tensor([[eos] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        out = model.hf.generate(
+            ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=eos,
+            top_k=None, top_p=None, temperature=None,
+        )  # fmt: skip
+        rows += [up_to_eos(row, eos) for row in out[:, width:].tolist()]
+    return rows, None
 
 
 def race(runners: dict, rounds: int, label: str, paired: bool = False, models: dict | None = None) -> dict:
@@ -228,6 +255,7 @@ def main() -> None:
     choices = [name for name in REGISTRY if name != "autoregressive"]
     parser.add_argument("--strategies", nargs="+", choices=choices, help="race only these (default: every one)")
     parser.add_argument("--paired", action="store_true", help="pair every run with a greedy run beside it")
+    parser.add_argument("--least-prompts", type=int, default=4, help="a run decodes max(B, this) prompts, B at a time")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
 
@@ -244,9 +272,10 @@ def main() -> None:
     figures = []
     for batch in args.batches:
         for set_name in args.sets:
-            prompts = prompt_set(tokenizer, set_name, batch)
+            prompts = prompt_set(tokenizer, set_name, max(batch, args.least_prompts))
+            prompts = [prompts[i : i + batch] for i in range(0, len(prompts), batch)]  # the calls of a run
             for strategy in made.values():  # warm-up: lookahead's plan, EAGLE's depth cost at this batch
-                ours(model, prompts, 2, eos, strategy)
+                ours(model, prompts[:1], 2, eos, strategy)
             runners = {"greedy": lambda p=prompts: ours(model, p, args.new_tokens, eos, Autoregressive())}
             runners["transformers"] = lambda p=prompts: theirs(model, p, args.new_tokens, eos)
             for name, strategy in made.items():
@@ -271,13 +300,13 @@ def main() -> None:
                 same = sum(a == b for a, b in zip(v["rows"], t["greedy"]["rows"], strict=True))
                 stats = v["stats"]
                 per_forward = "" if stats is None else f"{stats.tokens_per_forward:7.2f}"
-                chosen = "" if stats is None else "; ".join(f"{c.setting}" for c in stats.choices)
+                chosen = "" if stats is None else "; ".join(dict.fromkeys(f"{c.setting}" for c in stats.choices))
                 pairs = v["pairs"]
                 ratio = f"{statistics.median(pairs):.2f}x ({min(pairs):.2f}-{max(pairs):.2f})" if pairs else ""
                 paired = f" {ratio:>24}" if args.paired else ""
                 fastest = fastest_ratio(t, name)
                 line = (f"  {name:14} {speed:7.1f} {speed / base:8.2f}x{paired} {fastest:6.2f}x {shown:>8} {beside:>6} "
-                        f"{per_forward:>7} {same:>3}/{batch:<2}")  # fmt: skip
+                        f"{per_forward:>7} {same:>3}/{len(v['rows']):<2}")  # fmt: skip
                 print(f"{line}  {chosen}")
                 if len(v["work"]) > 1:
                     print(f"  {'':14} its runs did different work (tokens or forwards): the fastest run is no estimate")
@@ -285,7 +314,8 @@ def main() -> None:
                     spent = (v["beside"], t["greedy"]["beside"])
                     print(f"  {'':14} below {FLOOR}x: {limit(made[name], stats, model, draft, batch, modelled, spent)}")
                 figures.append({
-                    "batch": batch, "prompts": set_name, "runner": name, "tokens_per_second": speed,
+                    "batch": batch, "prompts": set_name, "rows": len(v["rows"]), "runner": name,
+                    "tokens_per_second": speed,
                     "vs_greedy": speed / base, "identical_rows": same, "paired_ratios": pairs, "modelled": modelled,
                     "fastest_ratio": fastest, "same_work_every_run": len(v["work"]) == 1,
                     "ms_beside_forwards": v["beside"],
