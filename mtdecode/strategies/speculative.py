@@ -48,6 +48,7 @@ from mtdecode.plain import prefill, sample_next
 from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
+from mtdecode.verification import NONE, verify_greedy
 
 
 @dataclass(frozen=True)
@@ -207,14 +208,12 @@ def judge_greedy(
 ) -> tuple[Int[Tensor, " batch"], Int[Tensor, " batch"]]:
     """Lines 5-10 at temperature 0, given the target's argmax after x0 and after each guess: how many guesses each
     row kept (up to the first that is not the target's token, of its own k) and the new token (the target's token
-    after them). `accept` and `correct` on one-hot p and q give the same, and draw k[b] + 1 numbers per row: this
-    skips as many."""
-    width = guesses.shape[1]
-    own = torch.arange(width, device=guesses.device) < k[:, None]  # (batch, k): a row's own guesses
-    held = ((guesses == target[:, :width]) & own).long().cumprod(1)  # 1 while every guess so far was the target's
-    accepted = torch.where(rows, held.sum(1), 0)
-    random.skip(torch.where(rows, k + 1, 0))  # line 5's number per guess, and line 7's or 10's
-    return accepted, target.gather(1, accepted[:, None])[:, 0]
+    after them), by `verification.verify_greedy` on the row's own guesses. `accept` and `correct` on one-hot p and q
+    give the same, and draw k[b] + 1 numbers per row: this skips as many."""
+    random.skip(torch.where(rows, k, 0))  # line 5's numbers, one per guess; `verify_greedy` skips line 7's or 10's
+    own = torch.arange(guesses.shape[1], device=guesses.device) < k[:, None]  # (batch, k): a row's own guesses
+    verdict = verify_greedy(target[:, 0], target[:, None, 1:], torch.where(own, guesses, NONE)[:, None], random, rows)
+    return verdict.accepted, verdict.tokens.gather(1, verdict.accepted[:, None])[:, 0]
 
 
 def commit(
