@@ -30,9 +30,9 @@ At temperature 0 the Sampler's p and q are one-hot, so p_i(d_i)/q_i(d_i) is 1 wh
 target agrees and 0 when it does not, and the residual norm(max(0, p_i - q_i)) is the
 target's argmax: the rule keeps the guesses up to the first one that is not the target's
 argmax, then adds the target's argmax. `judge_greedy` does exactly that on the models'
-argmaxes, without building one-hot distributions over the vocabulary; it draws the random
-numbers that the general rule draws, and ignores them, so both leave every row's random
-stream alike.
+argmaxes, without building one-hot distributions over the vocabulary; it skips the random
+numbers that the general rule would draw (`RowRandom.skip`), so both leave every row's
+random stream alike.
 """
 
 from collections.abc import Iterator
