@@ -133,23 +133,22 @@ def draft_tokens(
     while bool(going.any()):
         logits = draft.extend(feed, logits_to_keep=1)[:, -1]  # (batch, vocab)
         if s.sampler.greedy:  # q_i is one-hot on the argmax: `draw` would return it, using one number per row
-            q_i, d_i = None, logits.argmax(-1)
+            d_i = logits.argmax(-1)
             s.random.skip(going.long())
         else:
-            q_i = s.sampler.probs(logits)
-            d_i = draw(q_i, s.random, rows=going)  # (batch,)
+            q_rows.append(s.sampler.probs(logits))  # q_i
+            d_i = draw(q_rows[-1], s.random, rows=going)  # (batch,)
         drafted += going.long()
         going &= drafted < k
         if length is not None:  # the stopping rule reads q only (at temperature 0, the draft's softmax)
-            judged = torch.softmax(logits.double(), dim=-1) if s.sampler.greedy else q_i
+            judged = torch.softmax(logits.double(), dim=-1) if s.sampler.greedy else q_rows[-1]
             going &= length.more(judged.gather(1, d_i[:, None])[:, 0], rows=going)
         feed = d_i[:, None]
         guesses.append(d_i)
-        q_rows.append(q_i)
+    q = torch.stack(q_rows, dim=1) if q_rows else None  # None at temperature 0, or when no row drafted
     if not guesses:
-        empty = torch.empty(s.batch, 0, dtype=torch.long, device=s.device)
-        return empty, None, drafted
-    return torch.stack(guesses, dim=1), None if s.sampler.greedy else torch.stack(q_rows, dim=1), drafted
+        return torch.empty(s.batch, 0, dtype=torch.long, device=s.device), q, drafted
+    return torch.stack(guesses, dim=1), q, drafted
 
 
 def verify(s: Session, guesses: Int[Tensor, "batch guesses"]) -> Float[Tensor, "batch guesses_plus_1 vocab"]:
