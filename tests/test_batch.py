@@ -77,9 +77,28 @@ def batches(draw):
     """A batch of prompts of different lengths, a budget, and an EOS token from some row's greedy text."""
     size = draw(st.sampled_from(BATCH_SIZES))
     prompts = [draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=10)) for _ in range(size)]
-    budget = draw(st.integers(1, 20))
-    eos_from = draw(st.none() | st.tuples(st.integers(0, size - 1), st.integers(0, 19)))
+    budget = draw(st.integers(1, LONGEST))
+    eos_from = draw(st.none() | st.tuples(st.integers(0, size - 1), st.integers(0, LONGEST - 1)))
     return prompts, budget, eos_from
+
+
+#: the most new tokens a drawn batch asks for (`batches`)
+LONGEST = 20
+
+
+@functools.cache
+def greedy_alone(family: str, prompt: tuple[int, ...]) -> list[int]:
+    """The prompt alone, decoded greedily for `LONGEST` tokens with no EOS: made once per prompt, as the tests of
+    every strategy draw the same batches."""
+    return greedy_tokens(target(family), prompt, LONGEST)
+
+
+def expected_greedy(family: str, prompt: list[int], budget: int, eos: int | None) -> list[int]:
+    """Greedy decoding of the prompt alone with this budget and EOS: `greedy_alone`'s tokens up to the budget, and
+    up to the first EOS (kept) if there is one. A shorter budget or an EOS only stops the same forwards earlier,
+    so this is `greedy_tokens(target(family), prompt, budget, eos)`, as the last test of this file checks."""
+    tokens = greedy_alone(family, tuple(prompt))[:budget]
+    return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
 
 
 def eos_token(family, prompts, eos_from):
@@ -87,7 +106,7 @@ def eos_token(family, prompts, eos_from):
     if eos_from is None:
         return None
     row, index = eos_from
-    return greedy_tokens(target(family), prompts[row], 20)[index]
+    return greedy_alone(family, tuple(prompts[row]))[index]
 
 
 def assert_rows_add_up(result, batch: int, eos, budget: int):
@@ -110,7 +129,7 @@ def check_rows(family: str, name: str, batch) -> None:
     result = generate(target(family), prompts, strategy, **settings_)
     for b, prompt in enumerate(prompts):
         if getattr(strategy, "exact", True):
-            expected = greedy_tokens(target(family), prompt, budget, eos)
+            expected = expected_greedy(family, prompt, budget, eos)
         else:  # MTAD is not greedy decoding, but a row must still decode as its prompt alone
             expected = generate(target(family), prompt, strategy, **{**settings_, "seed": b}).row(0)
         assert result.row(b) == expected, f"row {b} of {len(prompts)} differs from its prompt alone"
@@ -244,3 +263,14 @@ def test_the_independence_test_catches_rows_that_share_their_random_numbers(name
     monkeypatch.setattr(module, "_seeds", lambda seed, batch: [b // 2 for b in range(batch)])
     result, _ = joint_of_two_rows(INDEPENDENCE[name](), Sampler(temperature=1.0), 3 if "batch rule" in name else 2)
     assert not result.passed, f"rows sharing their random numbers went unnoticed: {result}"
+
+
+@settings(max_examples=10)
+@given(batch=batches(), family=st.sampled_from(FAMILIES))
+def test_the_cut_reference_is_greedy_decoding_with_that_budget_and_eos(batch, family):
+    """`expected_greedy` (one 20-token decode per prompt, cut at the budget and the EOS) is what greedy decoding
+    of the prompt with that budget and EOS gives."""
+    prompts, budget, eos_from = batch
+    eos = eos_token(family, prompts, eos_from)
+    for prompt in prompts[:3]:
+        assert expected_greedy(family, prompt, budget, eos) == greedy_tokens(target(family), prompt, budget, eos)

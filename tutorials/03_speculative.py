@@ -123,7 +123,7 @@ shipped = mtdecode.load_model(mtdecode.DRAFT_MODEL)
 chat = tokenizer.apply_chat_template(
     [{"role": "user", "content": "Give three tips for staying focused while studying."}], add_generation_prompt=True
 )["input_ids"]
-answer = mtdecode.generate(smol, chat, mtdecode.strategies.Autoregressive(), max_new_tokens=24).row(0)
+answer = mtdecode.generate(smol, chat, mtdecode.strategies.Autoregressive(), max_new_tokens=32).row(0)  # greedy's
 sequence = torch.tensor([chat + answer])
 with torch.no_grad():
     target_choice = smol.hf(sequence).logits[0, len(chat) - 1 : -1].argmax(-1)
@@ -183,10 +183,9 @@ plt.show()
 # otherwise remove it from $p$. So Eagle is exact: at temperature 0 its tokens are greedy's.
 
 # %%
-greedy = mtdecode.generate(smol, chat, mtdecode.strategies.Autoregressive(), max_new_tokens=32)
 for name, strategy in (("speculative, 4-layer draft", Speculative(shipped)), ("eagle, tree", Eagle(head))):
     result = mtdecode.generate(smol, chat, strategy, max_new_tokens=32)
-    same = result.row(0) == greedy.row(0)
+    same = result.row(0) == answer  # greedy's 32 tokens, from above
     print(f"{name:28s} tokens per target forward {result.stats.tokens_per_forward:.2f}, same as greedy: {same}")
 
 # %% [markdown]

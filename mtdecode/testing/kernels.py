@@ -118,12 +118,30 @@ SCENARIOS = (
 )
 
 
-def _draft(scenario: Scenario) -> list[int]:
-    """k tokens drawn from the scenario's q, each after the ones before it (torch's global generator)."""
-    drafted: list[int] = []
-    for _ in range(scenario.k):
-        drafted.append(int(torch.multinomial(scenario.q(tuple(drafted)), 1)))
-    return drafted
+def _tables(scenario: Scenario, which: str) -> list[Float[Tensor, "_prefix vocab"]]:
+    """The scenario's p (`which` "p", positions 1..k+1) or q ("q", positions 1..k) after every prefix: table i holds
+    the distribution after each of the V^i prefixes of i tokens, prefix (x_1, ..., x_i) at row x_1 V^(i-1) + ... +
+    x_i (so that a block's row is found by arithmetic, not by a call per trial)."""
+    made = scenario.p if which == "p" else scenario.q
+    tables, prefixes = [], [()]
+    for _ in range(scenario.k + (which == "p")):
+        tables.append(torch.stack([made(prefix) for prefix in prefixes]))
+        prefixes = [prefix + (x,) for prefix in prefixes for x in range(scenario.vocab)]
+    return tables
+
+
+def _rows(tokens: Int[Tensor, "trial i"], vocab: int) -> Int[Tensor, " trial"]:
+    """Each trial's row in a `_tables` table of its prefix `tokens`."""
+    powers = vocab ** torch.arange(tokens.shape[1] - 1, -1, -1)
+    return (tokens * powers).sum(1)
+
+
+def _draw(
+    tables: list[Float[Tensor, "_prefix vocab"]], tokens: Int[Tensor, "trial done"], i: int, vocab: int
+) -> Int[Tensor, " trial"]:
+    """Position i + 1's token for every trial, drawn from the table's distribution after its first i tokens
+    (torch's global generator; one draw per trial)."""
+    return torch.multinomial(tables[i][_rows(tokens[:, :i], vocab)], 1)[:, 0]
 
 
 class ContractError(Exception):
@@ -166,11 +184,14 @@ def check_rejection_sampler(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for scenario in scenarios:
-            counts = torch.zeros(scenario.vocab ** (scenario.k + 1), dtype=torch.long)
-            drafts = [_draft(scenario) for _ in range(trials)]  # d_i ~ q_i, after the drafted tokens before it
-            p = torch.stack([torch.stack([scenario.p(tuple(d[:i])) for i in range(scenario.k + 1)]) for d in drafts])
-            q = torch.stack([torch.stack([scenario.q(tuple(d[:i])) for i in range(scenario.k)]) for d in drafts])
-            drafted = torch.tensor(drafts, dtype=torch.long).reshape(trials, scenario.k)
+            vocab, k = scenario.vocab, scenario.k
+            p_after, q_after = _tables(scenario, "p"), _tables(scenario, "q")
+            drafted = torch.zeros(trials, k, dtype=torch.long)
+            for i in range(k):  # d_i ~ q_i, after the drafted tokens before it
+                drafted[:, i] = _draw(q_after, drafted, i, vocab)
+            p = torch.stack([p_after[i][_rows(drafted[:, :i], vocab)] for i in range(k + 1)], dim=1)
+            q = torch.stack([q_after[i][_rows(drafted[:, :i], vocab)] for i in range(k)], dim=1)
+            drafts = drafted.tolist()
             given = (p.clone(), q.clone(), drafted.clone())
             if getattr(fn, "takes_batches", False):  # one call for every trial
                 outputs = fn.batch(p, q, drafted)
@@ -184,15 +205,18 @@ def check_rejection_sampler(
                     f"({scenario.name}): the next draw that reads it sees another distribution."
                 )
                 return Report("check_rejection_sampler", False, summary, {"scenario": scenario.name})
-            for output, draft in zip(outputs, drafts, strict=True):
+            blocks = torch.full((trials, k + 1), -1, dtype=torch.long)  # each output, -1 after its end
+            for t, (output, draft) in enumerate(zip(outputs, drafts, strict=True)):
                 try:
-                    block = check_contract(output, draft, scenario.vocab)
+                    block = check_contract(output, draft, vocab)
                 except ContractError as error:
                     summary = f"check_rejection_sampler FAILED: {name} broke the contract ({scenario.name}): {error}."
                     return Report("check_rejection_sampler", False, summary, {"scenario": scenario.name})
-                while len(block) < scenario.k + 1:  # continue token by token from the source
-                    block.append(int(torch.multinomial(scenario.p(tuple(block)), 1)))
-                counts[sum(x * scenario.vocab ** (scenario.k - i) for i, x in enumerate(block))] += 1
+                blocks[t, : len(block)] = torch.tensor(block)
+            for i in range(k + 1):  # continue each block token by token from the source, to k + 1 tokens
+                short = blocks[:, i] < 0
+                blocks[short, i] = _draw(p_after, blocks[short], i, vocab)
+            counts = torch.bincount(_rows(blocks, vocab), minlength=vocab ** (k + 1))
             fit = chi_square_test(counts, scenario.exact_blocks(), false_alarm=alpha)
             epsilon = detectable_tv(trials, fit.dof, alpha)
             results.append({"scenario": scenario.name, **vars(fit), "passed": fit.passed, "detectable_tv": epsilon})

@@ -574,6 +574,6 @@ NEEDS: dict[Callable, dict] = {
     nucleus_without_crossing_token: {"samples": 500, "settings": (_TOP_P,)},
     nucleus_before_temperature: {"samples": 500, "settings": (_TOP_P,)},
     never_guesses_when_sampling: {"samples": 500, "settings": (_PLAIN,)},
-    bonus_from_wrong_row: {"trials": 2_000},  # caught at 1,000 trials per source
-    exponential_noise_floor: {"trials": 2_000},  # caught at 1,000
+    bonus_from_wrong_row: {"trials": 2_000},  # caught at 100 trials per source
+    exponential_noise_floor: {"trials": 3_000},  # caught at 3,000
 }
