@@ -13,6 +13,7 @@ committed token has not been fed to any model yet; it is the input of the next f
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import no_type_check
 
 import torch
 from transformers import PreTrainedModel
@@ -112,10 +113,12 @@ class Session:
     # ---------------------------------------------------------------- the rows
 
     @property
+    @no_type_check  # plain ints, called per row per step (see `mtdecode.tensor_types`)
     def batch(self) -> int:
         return len(self.tokens)
 
     @property
+    @no_type_check
     def done(self) -> bool:
         return all(self.finished)
 
@@ -140,6 +143,7 @@ class Session:
         """Committed tokens of each row, prompt included (the position of its next token)."""
         return torch.tensor([len(row) for row in self.tokens], dtype=torch.long, device=self.device)
 
+    @no_type_check
     def generated(self, row: int) -> int:
         return len(self.tokens[row]) - self.prompt_lengths[row]
 

@@ -32,6 +32,7 @@ has at most about twice the columns of its longest row. A batch of one never has
 
 import inspect
 from collections.abc import Sequence
+from typing import no_type_check
 
 import torch
 from einops import repeat
@@ -71,11 +72,13 @@ class KVCache:
     # ---------------------------------------------------------------- reading
 
     @property
+    @no_type_check  # plain ints, called per row per step (see `mtdecode.tensor_types`)
     def columns(self) -> int:
         """Columns held, committed or pending (the key axis the next mask starts with)."""
         return 0 if self.valid is None else self.valid.shape[1]
 
     @property
+    @no_type_check
     def pending(self) -> int:
         """Columns appended since the last `commit`, `crop` or `keep`."""
         return self.columns - self.committed
