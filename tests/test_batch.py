@@ -36,6 +36,7 @@ from mtdecode.zoo.eagle import EagleHead
 VOCAB = 16  # small, so that greedy text repeats and guesses are accepted
 FAMILIES = ["llama", "qwen2", "mistral"]
 BATCH_SIZES = [1, 2, 3, 17]
+LONGEST = 20  # the most new tokens a drawn batch asks for (`batches`)
 PAD = VOCAB - 1
 
 
@@ -80,10 +81,6 @@ def batches(draw):
     budget = draw(st.integers(1, LONGEST))
     eos_from = draw(st.none() | st.tuples(st.integers(0, size - 1), st.integers(0, LONGEST - 1)))
     return prompts, budget, eos_from
-
-
-#: the most new tokens a drawn batch asks for (`batches`)
-LONGEST = 20
 
 
 @functools.cache
