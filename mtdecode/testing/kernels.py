@@ -64,10 +64,8 @@ class Scenario:
     def exact_blocks(self) -> Float[Tensor, " cells"]:
         """P(x_1..x_{k+1}) under p, block (x_1, ..., x_{k+1}) at cell x_1 V^k + ... + x_{k+1}."""
         joint = torch.ones(1, dtype=torch.float64)
-        prefixes: list[tuple[int, ...]] = [()]
-        for _ in range(self.k + 1):
-            joint = (joint[:, None] * torch.stack([self.p(prefix) for prefix in prefixes])).reshape(-1)
-            prefixes = [prefix + (x,) for prefix in prefixes for x in range(self.vocab)]
+        for p_after in _tables(self, "p"):  # rows in the order of the cells' prefixes
+            joint = (joint[:, None] * p_after).reshape(-1)
         return joint
 
 
