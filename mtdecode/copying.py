@@ -15,13 +15,15 @@ from mtdecode.tensor_types import Float, Int, Tensor
 def lookup(tokens: list[int], ngram: int, k: int) -> list[int]:
     """Prompt lookup's step 1: up to k tokens that followed the most recent earlier occurrence of the last n tokens,
     for n = ngram, ngram - 1, ..., 1 (the first n with a match wins); [] if none matches."""
-    if k < 1:
+    if k < 1 or len(tokens) < 2:
         return []
+    last = tokens[-1]
+    ends = [i for i, token in enumerate(tokens[:-1]) if token == last]  # where an earlier occurrence can end
     for n in range(min(ngram, len(tokens) - 1), 0, -1):
         tail = tokens[-n:]
-        for start in range(len(tokens) - n - 1, -1, -1):  # latest first; the tail itself is excluded
-            if tokens[start : start + n] == tail:
-                return tokens[start + n : start + n + k]
+        for end in reversed(ends):  # latest first; the tail itself is excluded
+            if end >= n - 1 and tokens[end - n + 1 : end + 1] == tail:
+                return tokens[end + 1 : end + 1 + k]
     return []
 
 

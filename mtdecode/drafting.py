@@ -60,8 +60,12 @@ units of t_1(1), so that steps of any batch compare.
 - The first guess of a step also pays for the draft's catch-up, where the draft must first read what
   was committed while the batch did not draft (the prompt, on the first step; `DraftLength.catch_up`).
 - A row whose guesses do not pay still verifies what the batch's width holds for it, at no extra cost.
+- The rows share their calibration (the draft and the target are the same for every row), each row's chances
+  scaled by how its own guesses fared against the pool's: the rows that set the batch's end are the ones whose
+  guesses fail most, and a pooled chance alone overrates them.
 - When the guesses do not pay, the batch decodes at greedy cost. It tries one guess in every row after
-  `PATIENCE` such steps (twice as long after each try that did not pay) while a first guess could
+  `PATIENCE` such steps (twice as long after each try that did not pay, or after which the batch at once
+  drafted nothing) while a first guess could
   still pay at an optimistic estimate of the rows' acceptance, so rows rejoin when guesses pay again.
   A strategy whose drafting costs work before the rule can weigh its guesses (EAGLE's head) asks
   `DraftLength.idle` whether the batch should rest, and skips that work then.
@@ -235,6 +239,7 @@ class DraftLength:
         self.declined = torch.zeros((), dtype=torch.long, device=device)
         # the batch rule's own record: its steps without drafting and its patience (the rows' move in step with them)
         self.batch_rested, self.batch_patience = (PATIENCE if wait_first else 0), PATIENCE
+        self.tried = False  # the batch's last step was a try that paid for its guess (`record_batch`)
         self.playing = torch.ones(batch, dtype=torch.bool, device=device)  # the rows that take part in this step
         self.table = torch.empty(0, dtype=torch.float64, device="cpu")  # T(0), T(1), ... (`step_costs`)
         self.start()
@@ -549,6 +554,10 @@ class DraftLength:
         (with the batch rule, from every row's: the rows share the draft and the target, so the batch learns how far
         to trust the draft's confidence as many times faster as it has rows). The scale learns from every verified
         guess, a bin only from its own, so an overconfident draft is distrusted in every bin after a few rejections.
+        With the batch rule the pooled chance is then scaled, per row, by how far the row's own verified guesses were
+        accepted more or less often than the pool's at their confidences (the pool's ratio worth `PRIOR` guesses'
+        confidences): rows of one batch can differ (a quote, a sum), and the batch's finish weighs its slowest rows,
+        which are the ones whose guesses fail most, so the pooled chance alone overrates the rows that decide.
 
         `place`: each guess's place in its chain (from 0), where the guesses form one. A scale above 1 reaches no
         place deeper than the row's verified chains reached (with the batch rule, any row's): guesses that held
@@ -566,6 +575,10 @@ class DraftLength:
             scale = torch.where(unseen, scale.clamp(max=1), scale)
         prior = (flat * scale).clamp(max=1)
         chance = (hits.gather(1, columns) + PRIOR * prior) / (tries.gather(1, columns) + PRIOR)
+        if self.together:  # the pooled chance, scaled by how far this row's own guesses beat or missed the pool's
+            pool = (hits.sum(1)[:1] + 1) / (self.judged.sum() + 1)
+            own = (self.hits.sum(1) + PRIOR * pool) / (self.judged + PRIOR)
+            chance = (chance * (own / pool)[:, None]).clamp(max=1)
         return unpack(chance, shape, "batch *")[0]
 
     def acceptance(self) -> Float[Tensor, " batch"]:
@@ -612,17 +625,23 @@ class DraftLength:
         self.calibrate(confidence, *chain_outcome(drafted, accepted, confidence.shape[1]))
 
     def record_batch(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
-        """The batch rule's record: its steps without drafting, and its patience (reset by a try whose accepted
-        guesses paid for the guess, doubled by one that did not)."""
+        """The batch rule's record: its steps without drafting, and its patience: reset by a try whose accepted
+        guesses paid for the guess and after which the batch drafted on, doubled by one that did not pay or after
+        which the batch at once drafted nothing (the rows paid for the guess on average, not its slowest rows, whose
+        end the batch rule weighs)."""
         playing = self.playing
         width = int(drafted[playing].max()) if bool(playing.any()) else 0
+        tried, self.tried = self.tried, False
         if width == 0:
+            if tried:  # the step after a try drafted nothing: the try did not pay after all
+                self.batch_patience = 2 * self.batch_patience
             self.batch_rested += 1
             return
         if bool(self.probing.any()):
             added = self.costs.step(1) - self.costs.step(0)
             paid = float(accepted[playing].sum()) * self.costs.step(0) > float(playing.sum()) * added
             self.batch_patience = PATIENCE if paid else 2 * self.batch_patience
+            self.tried = paid
         self.batch_rested = 0
 
     def calibrate(

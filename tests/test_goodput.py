@@ -12,7 +12,9 @@
   two tries, where flat costs draft in most steps; rows rejoin when the chances rise again.
 - The costs: t(B, n) is kept per number of rows, and other numbers of rows are interpolated; the EAGLE head's
   reading of features is measured once per number of rows and kept.
-- EAGLE's first tree is a try: the head reads the prompts only if a try pays for that read.
+- EAGLE's first tree is a try: the head reads the prompts only if a try pays for that read; a tree that no row
+  verifies starts a rest at once. The rows share their calibration, each scaled by its own record; a try after
+  which the batch drafts nothing did not pay.
 
 Rows stay independent in law under the batch rule: `tests/test_batch.py` runs its chi-square test on it.
 """
@@ -213,6 +215,35 @@ def test_rows_rejoin_when_their_chances_rise():
     assert length.plan(high, available).tolist() == [3, 3]
 
 
+def test_with_the_batch_rule_a_rows_own_record_scales_the_pooled_chance():
+    """Two rows share the pooled calibration; row 0's six guesses at confidence 0.5 were all accepted, row 1's all
+    rejected. The pool says 0.5 for a new guess at 0.5 ((6 + 2 x 0.5) / (12 + 2)); each row's own record scales it:
+    row 0 accepted (6 + 2 x 1) / (3 + 2) = 1.6 times what the pool expects, row 1 (0 + 2) / 5 = 0.4 times: 0.8
+    and 0.2. Before any guess both rows get the confidence itself."""
+    length = DraftLength(together(2, 0.0, 0.5), 2, CPU)
+    half = torch.full((2,), 0.5, dtype=torch.float64)
+    assert length.calibrated(half).tolist() == [0.5, 0.5]
+    hit = torch.tensor([[True] * 6, [False] * 6])
+    length.calibrate(torch.full((2, 6), 0.5, dtype=torch.float64), torch.ones(2, 6, dtype=torch.bool), hit)
+    assert length.calibrated(half).tolist() == pytest.approx([0.8, 0.2])
+
+
+def test_a_try_after_which_the_batch_drafts_nothing_did_not_pay():
+    """The batch rule's patience: a try whose guesses paid on average keeps it at 4 steps if the batch drafts on
+    after it, and doubles it if the very next step drafts nothing (the rows' average paid, not the rows that set
+    the batch's end)."""
+    low = torch.tensor([[1.0, 1.01], [1.0, 1.01]], dtype=torch.float64)  # E(0), E(1): a guess that cannot pay
+    high = torch.tensor([[1.0, 1.9], [1.0, 1.9]], dtype=torch.float64)
+    available, yes = torch.tensor([1, 1]), torch.tensor([1, 1])
+    for after, patience in ((low, 8), (high, 4)):
+        length = DraftLength(together(2, 0.0, 0.1), 2, CPU, wait_first=True)  # rested its patience: due to try
+        assert length.plan_expected(low, available).tolist() == [1, 1] and length.probing.all()  # the try
+        length.record(yes, yes)  # both guesses held: it paid
+        assert length.batch_patience == 4
+        length.record(length.plan_expected(after, available), torch.tensor([0, 0]))
+        assert length.batch_patience == patience
+
+
 def test_batch_costs_are_kept_per_number_of_rows_and_interpolated(monkeypatch):
     """t(B, n) between measured numbers of rows is interpolated linearly, continued past the largest; one row's
     costs relative to t(1, 1) are `relative_cost`'s, exactly."""
@@ -259,6 +290,32 @@ def test_a_resting_batch_leaves_the_head_idle_and_catches_it_up(monkeypatch):
     some = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 0.05), depth_cost=0.05, read_cost=0.05)
     result = mtdecode.generate(target, prompts, some, max_new_tokens=60)
     assert calls["rest"] > 0 and max(calls["read"][1:]) > 1, calls  # caught up on several steps at once
+    assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 60) for p in prompts]
+
+
+def test_a_tree_that_no_row_verifies_starts_the_rest_at_once(monkeypatch):
+    """EAGLE under the batch rule: after a step whose tree no row verified, the head does not read that step's
+    features; it reads them with the next ones, if and when the batch drafts again. So a read never comes between
+    such a step and a rest; and such steps occur (the test is not vacuous)."""
+    from mtdecode.strategies import eagle
+
+    events = []
+    count_calls(monkeypatch, eagle, "read_features", {"e": events}, "e", lambda *_: "read")
+    count_calls(monkeypatch, eagle, "rest_step", {"e": events}, "e", lambda *_: "rest")
+    size = eagle.tree_size
+
+    def noted(*args, **kwargs):
+        n, worth = size(*args, **kwargs)
+        events.append("tree" if bool(n.any()) else "none")
+        return n, worth
+
+    monkeypatch.setattr(eagle, "tree_size", noted)
+    target, prompts = pair()[0], RAGGED
+    some = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 0.05), depth_cost=0.05, read_cost=0.05)
+    result = mtdecode.generate(target, prompts, some, max_new_tokens=60)
+    after_none = [events[i + 1 : i + 3] for i, event in enumerate(events) if event == "none"]
+    assert ["rest"] in [later[:1] for later in after_none], events  # a tree verified by no row, then a rest
+    assert ["read", "rest"] not in after_none, events
     assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 60) for p in prompts]
 
 

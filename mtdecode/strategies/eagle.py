@@ -46,11 +46,11 @@ target's does; the draft tree's entries are pending only while the tree grows.
 With the batch rule (`mtdecode.drafting`, batch > 1), a batch whose last step verified no node
 rests: it takes plain steps, the head does no work (it reads features and scores a first depth
 in every step it drafts; one more depth alone costs a sixth of a batched step at 16 rows on the
-2-core host), and the target's features wait for it; after
-`PATIENCE` such steps, or as soon as a copy alone would pay, the head reads them in one forward
-and drafts again (`DraftLength.idle`, `rest_step`). The batch's first tree is such a try too: it is
-drafted only if it could pay for the head's reading of the prompts (`read_cost`) and its first
-depth (`depth_cost`).
+2-core host), and the target's features wait for it; after `PATIENCE` such steps, or as soon as
+a copy alone would pay, the head reads them in one forward and drafts again (`DraftLength.idle`,
+`rest_step`). The batch's first tree is such a try too: it is drafted only if it could pay for
+the head's reading of the prompts (`read_cost`) and its first depth (`depth_cost`). A step whose
+tree no row verifies starts a rest at once: the head does not read its features either.
 """
 
 import functools
@@ -148,8 +148,9 @@ class Eagle:
         root = None  # each row's head prediction for its newest position, once the head has read its features
         while not s.done:
             copy = None if record is None else find_copies(s, self.lookup, self.ngram, record)  # step 1, the copy
+            widest = 0 if unread is None else max(len(row) for row in unread)
             resting = size is not None and size.idle(
-                *copy_alone(copy, s.active), reading=reading_cost(size, read_cost, unread), extra=depth_cost
+                *copy_alone(copy, s.active), reading=reading_cost(size, read_cost, widest), extra=depth_cost
             )  # the batch rule: nothing would pay for the head's work
             if resting:
                 playing = s.active
@@ -177,20 +178,22 @@ class Eagle:
                 record.add(*copy_outcome(tree, chosen, valid, path))
             rows = torch.arange(s.batch, device=s.device)[:, None]
             fresh = features[rows, torch.cat([path.new_zeros(path.shape[0], 1), path + 1], dim=1).clamp(min=0)]
-            root = read_features(s, head, [fresh[b, : int(a) + 1] for b, a in enumerate(verdict.accepted)], root)
+            fresh = [fresh[b, : int(a) + 1] for b, a in enumerate(verdict.accepted)]
+            if size is not None and size.together and not bool(n.any()):  # no row verified a node: rest from here
+                s.resting.add(id(head))
+                unread = fresh
+            else:
+                root = read_features(s, head, fresh, root)
             yield steps
 
 
-def reading_cost(
-    size: DraftLength, read_cost: float | None, unread: Sequence[Float[Tensor, "_fed hidden"]] | None
-) -> float:
-    """What the head's reading of the features it has not read costs the batch (the widest row's, since the rows
-    are read side by side), for the batch rule (`DraftLength.idle`): `read_cost` per entry, grown as the target's
-    forward grows with its tokens; 0 with nothing to read or when the rule does not weigh it."""
-    if unread is None or not read_cost:
+def reading_cost(size: DraftLength, read_cost: float | None, entries: int) -> float:
+    """What the head's reading of `entries` features per row costs the batch (the widest row's, since the rows are
+    read side by side), for the batch rule: `read_cost` per entry, grown as the target's forward grows with its
+    tokens; 0 with nothing to read or when the rule does not weigh it."""
+    if not entries or not read_cost:
         return 0.0
-    widest = max(len(row) for row in unread)
-    return read_cost * size.costs.t(max(widest, 1)) / size.costs.t(1)
+    return read_cost * size.costs.t(entries) / size.costs.t(1)
 
 
 def tree_choice(size: DraftLength, depth_cost: float, steps: list[Step]) -> Choice:
