@@ -568,17 +568,17 @@ class DraftLength:
         columns = bin_of(flat)
         hits, tries = self.record_of_rows()
         judged = self.judged.sum().expand_as(self.judged) if self.together else self.judged
-        scale = ((hits.sum(1) + 1) / (judged + 1))[:, None]  # (batch, 1): accepted over expected, a sure hit as prior
+        ratio = (hits.sum(1) + 1) / (judged + 1)  # (batch,): accepted over expected, a sure hit as prior
+        scale = ratio[:, None]
         if place is not None:
             reached = self.reached.max().expand_as(self.reached) if self.together else self.reached
             unseen = torch.as_tensor(place, device=flat.device).reshape(-1) >= reached[:, None]  # (batch, guesses)
             scale = torch.where(unseen, scale.clamp(max=1), scale)
         prior = (flat * scale).clamp(max=1)
         chance = (hits.gather(1, columns) + PRIOR * prior) / (tries.gather(1, columns) + PRIOR)
-        if self.together:  # the pooled chance, scaled by how far this row's own guesses beat or missed the pool's
-            pool = (hits.sum(1)[:1] + 1) / (self.judged.sum() + 1)
-            own = (self.hits.sum(1) + PRIOR * pool) / (self.judged + PRIOR)
-            chance = (chance * (own / pool)[:, None]).clamp(max=1)
+        if self.together:  # the pooled chance, scaled by how far this row's own guesses beat or missed the pool's ratio
+            own = (self.hits.sum(1) + PRIOR * ratio) / (self.judged + PRIOR)
+            chance = (chance * (own / ratio)[:, None]).clamp(max=1)
         return unpack(chance, shape, "batch *")[0]
 
     def acceptance(self) -> Float[Tensor, " batch"]:
