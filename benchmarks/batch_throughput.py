@@ -47,7 +47,7 @@ from tqdm import tqdm
 import mtdecode
 from mtdecode import model as adapter
 from mtdecode import tuning
-from mtdecode.bench import load_suite
+from mtdecode.bench import hold_freed_memory, load_suite
 from mtdecode.generate import Stats
 from mtdecode.strategies import MTAD, REGISTRY, Autoregressive, needs_draft
 
@@ -259,10 +259,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
 
+    held = hold_freed_memory()  # no run pays for the pages that the one before it gave back
     model, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
     draft = mtdecode.load_model(mtdecode.DRAFT_MODEL)
     eos = tokenizer.eos_token_id
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.new_tokens} new tokens per row")
+    print(f"freed memory {'held for the next run' if held else 'left to the allocator (not glibc)'}")
     made = strategies(draft, args.strategies)
     print("measuring t(B, n) where it is not kept yet ...", flush=True)
     for batch in args.batches:  # measured before any race (and kept on disk), so no race pays for it

@@ -242,6 +242,7 @@ def bench(args: argparse.Namespace) -> int:
     draft_wanted = draft_name(args, bool(drafted), " and ".join(drafted))
 
     start = time.perf_counter()
+    suite.hold_freed_memory()  # no run pays for the pages that the one before it gave back
     model = load(args.model, args.device, args.quantize, args.dtype)
     tokenizer = mtdecode.load_tokenizer(args.model)
     draft = load(draft_wanted, args.device, args.quantize, args.dtype) if draft_wanted else None

@@ -276,3 +276,33 @@ def test_masks_draws_a_batch_one_panel_per_row(capsys, tmp_path):
     code, printed, err = run(["masks", "batch", "--draft-tokens", "2", "--out", str(out)], capsys)
     assert code == 0, err
     assert "(3, 3, 8) masks" in printed and out.read_bytes()[:4] == b"\x89PNG"
+
+
+
+ALLOCATION = """
+import ctypes
+class MallInfo(ctypes.Structure):  # glibc's struct mallinfo2: ten size_t fields
+    names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+    _fields_ = [(n, ctypes.c_size_t) for n in names.split()]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo
+import torch
+from mtdecode.bench import hold_freed_memory
+
+def mapped(mib):  # MiB of a new block of `mib` MiB that got pages of its own (mmap)
+    before = libc.mallinfo2().hblkhd
+    block = torch.empty(mib << 20, dtype=torch.uint8)
+    return (libc.mallinfo2().hblkhd - before) >> 20
+
+print(mapped(24))  # glibc's default; freeing it raises glibc's threshold to 24 MiB
+print(hold_freed_memory(), mapped(28))  # by that threshold, 28 MiB would get pages of its own again
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or __import__("platform").libc_ver()[0] != "glibc",
+                    reason="the allocator is glibc's")  # fmt: skip
+def test_the_bench_keeps_freed_memory_for_the_next_run() -> None:
+    """`hold_freed_memory` (called by `mtdecode bench` and `benchmarks/batch_throughput.py`): a 28 MiB block comes
+    from the heap, which a free does not hand back to the OS, where by default it gets fresh pages of its own."""
+    run = subprocess.run([sys.executable, "-c", ALLOCATION], capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["24", "True", "0"]
