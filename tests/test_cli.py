@@ -1,6 +1,8 @@
 """The `mtdecode` command line on tiny random models saved to disk (`--model FOLDER`)."""
 
+import ctypes
 import json
+import platform
 import re
 import subprocess
 import sys
@@ -278,7 +280,6 @@ def test_masks_draws_a_batch_one_panel_per_row(capsys, tmp_path):
     assert "(3, 3, 8) masks" in printed and out.read_bytes()[:4] == b"\x89PNG"
 
 
-
 ALLOCATION = """
 import ctypes
 class MallInfo(ctypes.Structure):  # glibc's struct mallinfo2: ten size_t fields
@@ -299,8 +300,14 @@ print(hold_freed_memory(), mapped(28))  # by that threshold, 28 MiB would get pa
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or __import__("platform").libc_ver()[0] != "glibc",
-                    reason="the allocator is glibc's")  # fmt: skip
+def glibc_with_mallinfo2() -> bool:
+    """Whether this process runs on glibc 2.33 or later, whose `mallinfo2` the test reads."""
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    return hasattr(ctypes.CDLL("libc.so.6"), "mallinfo2")
+
+
+@pytest.mark.skipif(not glibc_with_mallinfo2(), reason="the allocator is glibc's (2.33 or later)")
 def test_the_bench_keeps_freed_memory_for_the_next_run() -> None:
     """`hold_freed_memory` (called by `mtdecode bench` and `benchmarks/batch_throughput.py`): a 28 MiB block comes
     from the heap, which a free does not hand back to the OS, where by default it gets fresh pages of its own."""

@@ -42,9 +42,11 @@ PEERS = ("hf-greedy", "hf-assisted", "hf-prompt-lookup")
 HF_PROMPT_LOOKUP_TOKENS = 10
 
 
-#: glibc's `mallopt` parameters (malloc.h): freed blocks above this size go back to the OS at once, and free memory
-#: at the heap's top above this size is trimmed back to it
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+#: glibc's `mallopt` parameter (malloc.h): free memory at the heap's top beyond this many bytes goes back to the OS
+M_TRIM_THRESHOLD = -1
+#: glibc's `mallopt` parameter (malloc.h): a block of at least this many bytes gets pages of its own (mmap), which
+#: go back to the OS when it is freed
+M_MMAP_THRESHOLD = -3
 
 
 def hold_freed_memory() -> bool:
