@@ -10,10 +10,14 @@ Every stage shows a progress bar and resumes where it stopped: `data` writes one
 per batch and skips shards that exist; `train` checkpoints model, optimiser, step and
 random state, and continues from the last checkpoint.
 
-**Data.** The target itself answers `prompts.training_prompts()` (task templates crossed
-with topics), sampled at temperature 0.8, in batches (much faster per token than one at
-a time). For every answer token the target's 32 most likely next tokens and their
-log-probabilities at temperature 1 are stored: the soft labels.
+**Data.** The target itself answers prompts of four kinds (`KINDS`): chat
+(`prompts.training_prompts()`, task templates crossed with topics), code edits, maths word
+problems, and summaries of its own chat answers (the EAGLE recipe's kinds,
+`mtdecode.recipes.eagle.task_prompts`, training split), sampled at temperature 0.8, in batches
+(much faster per token than one at a time). For every answer token the target's 32 most likely
+next tokens and their log-probabilities at temperature 1 are stored: the soft labels. A draft
+distilled on chat alone guesses nonsense on code (its greedy guesses agreed with the target on
+none of 128 tokens of held-out code edits): a draft learns only the kinds of text it was shown.
 
 **Draft.** A Llama with the target's width and a few of its layers (copied as the
 starting point), the target's embedding (frozen, shared, not shipped), and the
@@ -40,72 +44,81 @@ TOP = 32  # soft-label width: the target's most likely next tokens kept per posi
 # ----------------------------------------------------------------------------- data
 
 
+#: prompts per kind of the draft's data (chat first: the summaries read its answers)
+KINDS = {"chat": 960, "code": 128, "math": 192, "summary": 160}
+
+
 def make_data(work: Path, *, batch: int = 32, new_tokens: int = 160, temperature: float = 0.8, seed: int = 0) -> None:
-    """Let the target answer every training prompt; store tokens and top-k log-probs per shard."""
+    """Let the target answer every kind's training prompts (`KINDS`); store tokens and top-k log-probs, one shard
+    per batch in `work/data/<kind>/`."""
     from tqdm import tqdm
 
-    from mtdecode.recipes.prompts import training_prompts
+    from mtdecode.recipes.eagle import task_prompts
     from mtdecode.zoo import load_model, load_tokenizer
 
-    shards = work / "data"
-    shards.mkdir(parents=True, exist_ok=True)
-    prompts = training_prompts()
-    random.Random(seed).shuffle(prompts)
-    batches = [prompts[i : i + batch] for i in range(0, len(prompts), batch)]
-    todo = [i for i in range(len(batches)) if not (shards / f"{i:04d}.pt").exists()]
-    if not todo:
-        return
-    model, tokenizer = load_model().hf, load_tokenizer()
+    model, tokenizer = None, load_tokenizer()
     tokenizer.padding_side = "left"
-    for i in tqdm(todo, desc="data: target answers", unit="batch"):
-        torch.manual_seed(seed * 100_003 + i)
-        texts = [
-            tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-            for p in batches[i]
-        ]
-        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        with torch.no_grad():
-            out = model.generate(
-                **enc,
-                do_sample=True,
-                temperature=temperature,
-                top_p=0.95,
-                top_k=0,
-                max_new_tokens=new_tokens,
-                pad_token_id=tokenizer.pad_token_id,
-                output_logits=True,
-                return_dict_in_generate=True,
-            )
-        width = enc["input_ids"].shape[1]
-        logits = torch.stack(out.logits, dim=1)  # (batch, answer, vocab), raw: temperature 1
-        top = torch.log_softmax(logits.float(), dim=-1).topk(TOP, dim=-1)
-        records = []
-        for row in range(len(texts)):
-            prompt_ids = enc["input_ids"][row][enc["attention_mask"][row].bool()].tolist()
-            answer = out.sequences[row, width:].tolist()
-            if tokenizer.eos_token_id in answer:  # keep up to and including the first EOS
-                answer = answer[: answer.index(tokenizer.eos_token_id) + 1]
-            n = len(answer)
-            records.append(
-                {
-                    "tokens": torch.tensor(prompt_ids + answer, dtype=torch.int32),
-                    "answer_start": len(prompt_ids),
-                    # soft labels for predicting answer[j] from tokens[: answer_start + j]
-                    "top_ids": top.indices[row, :n].to(torch.int32),
-                    "top_logp": top.values[row, :n].to(torch.float16),
-                }
-            )
-        tmp = shards / f"{i:04d}.pt.tmp"
-        torch.save(records, tmp)
-        tmp.rename(shards / f"{i:04d}.pt")
+    for kind, count in KINDS.items():
+        shards = work / "data" / kind
+        shards.mkdir(parents=True, exist_ok=True)
+        chats = task_prompts(kind, count, work, held_out=False)
+        batches = [chats[i : i + batch] for i in range(0, len(chats), batch)]
+        todo = [i for i in range(len(batches)) if not (shards / f"{i:04d}.pt").exists()]
+        if todo and model is None:
+            model = load_model().hf
+        for i in tqdm(todo, desc=f"data: target answers {kind}", unit="batch"):
+            torch.manual_seed(seed * 100_003 + i)
+            texts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in batches[i]]
+            save_answers(model, tokenizer, texts, shards / f"{i:04d}.pt", new_tokens, temperature)
+
+
+def save_answers(model, tokenizer, texts: list[str], shard: Path, new_tokens: int, temperature: float) -> None:
+    """The target answers `texts` (sampled); keep each sequence's tokens, where its answer starts, and the
+    target's top-k next tokens with their log-probabilities at every answer position."""
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(
+            **enc,
+            do_sample=True,
+            temperature=temperature,
+            top_p=0.95,
+            top_k=0,
+            max_new_tokens=new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    width = enc["input_ids"].shape[1]
+    logits = torch.stack(out.logits, dim=1)  # (batch, answer, vocab), raw: temperature 1
+    top = torch.log_softmax(logits.float(), dim=-1).topk(TOP, dim=-1)
+    records = []
+    for row in range(len(texts)):
+        prompt_ids = enc["input_ids"][row][enc["attention_mask"][row].bool()].tolist()
+        answer = out.sequences[row, width:].tolist()
+        if tokenizer.eos_token_id in answer:  # keep up to and including the first EOS
+            answer = answer[: answer.index(tokenizer.eos_token_id) + 1]
+        n = len(answer)
+        records.append(
+            {
+                "tokens": torch.tensor(prompt_ids + answer, dtype=torch.int32),
+                "answer_start": len(prompt_ids),
+                # soft labels for predicting answer[j] from tokens[: answer_start + j]
+                "top_ids": top.indices[row, :n].to(torch.int32),
+                "top_logp": top.values[row, :n].to(torch.float16),
+            }
+        )
+    tmp = shard.with_suffix(".pt.tmp")
+    torch.save(records, tmp)
+    tmp.rename(shard)
 
 
 def load_data(work: Path) -> list[dict]:
-    records = []
-    for shard in sorted((work / "data").glob("*.pt")):
-        records.extend(torch.load(shard))
+    """Every kind's records, in an order fixed by a seed (so that a few set aside to watch agreement mix the kinds,
+    and are the same on resume)."""
+    records = [r for shard in sorted((work / "data").glob("*/*.pt")) for r in torch.load(shard)]
     if not records:
         raise FileNotFoundError(f"no data in {work / 'data'}: run the 'data' stage first")
+    random.Random(0).shuffle(records)
     return records
 
 
@@ -113,6 +126,7 @@ def load_data(work: Path) -> list[dict]:
 
 DRAFT_LAYERS = (0, 1, 2, 3)  # target layers copied into the draft, in order
 HEAD_TOKENS = 8192  # the draft's output layer covers this many of the most frequent tokens
+STEPS = 800  # training steps of 8 answers each: about 4 passes over the data
 
 
 def frequent_tokens(records: list[dict], size: int = HEAD_TOKENS) -> torch.Tensor:
@@ -175,7 +189,7 @@ def soft_loss(draft, batch: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
     return loss, agree
 
 
-def train(work: Path, *, steps: int = 500, batch: int = 8, lr: float = 4e-4, seed: int = 0) -> None:
+def train(work: Path, *, steps: int = STEPS, batch: int = 8, lr: float = 4e-4, seed: int = 0) -> None:
     """Train the draft on the stored soft labels; checkpoint every 25 steps and resume from the last."""
     from tqdm import tqdm
 
@@ -276,8 +290,9 @@ def export(work: Path, out: Path | None = None) -> Path:
     return out
 
 
-def evaluate(prompts: int = 24, new_tokens: int = 64, timing_rounds: int = 30) -> dict:
-    """Greedy top-1 agreement of the shipped draft with the target on held-out chat prompts, and its cost.
+def evaluate(prompts: int = 16, new_tokens: int = 64, timing_rounds: int = 30) -> dict:
+    """Greedy top-1 agreement of the shipped draft with the target on `prompts` held-out prompts of each kind
+    (chat, code edits, maths; none of them in the training data), and its cost.
 
     The target answers each prompt greedily; then, on prompt + answer, the draft's argmax is
     compared with the target's at every answer position (teacher forcing). Cost: one-token
@@ -286,29 +301,30 @@ def evaluate(prompts: int = 24, new_tokens: int = 64, timing_rounds: int = 30) -
     from tqdm import tqdm
 
     import mtdecode
-    from mtdecode.recipes.prompts import held_out_prompts
+    from mtdecode.recipes.prompts import code_prompts, held_out_prompts, math_prompts
     from mtdecode.strategies import Autoregressive
     from mtdecode.zoo import DRAFT_MODEL, load_model, load_tokenizer
 
     target, draft, tokenizer = load_model(), load_model(DRAFT_MODEL), load_tokenizer()
-    chosen = held_out_prompts()[:: max(1, len(held_out_prompts()) // prompts)][:prompts]
-    agree = total = 0
-    for text in tqdm(chosen, desc="evaluate: agreement", unit="prompt"):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-        ids = ids["input_ids"]
-        answer = (
-            mtdecode.generate(
+    kinds = {"chat": held_out_prompts(), "code": code_prompts(held_out=True), "math": math_prompts(prompts, True)}
+    report: dict = {"greedy_top1_agreement": {}, "positions": {}}
+    for kind, texts in kinds.items():
+        chosen = texts[:: max(1, len(texts) // prompts)][:prompts]  # spread over the templates and topics
+        agree = total = 0
+        for text in tqdm(chosen, desc=f"evaluate: agreement on {kind}", unit="prompt"):
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+            ids = ids["input_ids"]
+            answer = mtdecode.generate(
                 target, ids, Autoregressive(), max_new_tokens=new_tokens, eos_token_id=tokenizer.eos_token_id
-            )
-            .tokens[0]
-            .tolist()
-        )
-        sequence = torch.tensor([ids + answer])
-        with torch.no_grad():
-            t = target.hf(sequence).logits[0, len(ids) - 1 : -1].argmax(-1)
-            d = draft.hf(sequence).logits[0, len(ids) - 1 : -1].argmax(-1)
-        agree += int((t == d).sum())
-        total += len(answer)
+            ).row(0)
+            sequence = torch.tensor([ids + answer])
+            with torch.no_grad():
+                t = target.hf(sequence).logits[0, len(ids) - 1 : -1].argmax(-1)
+                d = draft.hf(sequence).logits[0, len(ids) - 1 : -1].argmax(-1)
+            agree += int((t == d).sum())
+            total += len(answer)
+        report["greedy_top1_agreement"][kind] = round(agree / total, 4)
+        report["positions"][kind] = total
     seconds = {"target": 0.0, "draft": 0.0}
     context = torch.randint(0, 49152, (1, 64))
     with torch.no_grad():
@@ -319,10 +335,7 @@ def evaluate(prompts: int = 24, new_tokens: int = 64, timing_rounds: int = 30) -
                 start = time.perf_counter()
                 runner.extend([5])
                 seconds[name] += time.perf_counter() - start
-    report = {
-        "held_out_prompts": len(chosen),
-        "positions": total,
-        "greedy_top1_agreement": round(agree / total, 4),
+    report |= {
         "target_ms_per_forward": round(1000 * seconds["target"] / timing_rounds, 2),
         "draft_ms_per_forward": round(1000 * seconds["draft"] / timing_rounds, 2),
         "draft_cost_relative_to_target": round(seconds["draft"] / seconds["target"], 3),
@@ -335,13 +348,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Distil a draft model for SmolLM2-135M-Instruct.")
     parser.add_argument("stage", choices=["data", "train", "export", "evaluate", "all"])
     parser.add_argument("--work", type=Path, default=Path("build/distill"), help="data and checkpoints go here")
+    parser.add_argument("--steps", type=int, default=STEPS, help="training steps (batches of 8 answers)")
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     started = time.time()
     if args.stage in ("data", "all"):
         make_data(args.work)
     if args.stage in ("train", "all"):
-        train(args.work)
+        train(args.work, steps=args.steps)
     if args.stage in ("export", "all"):
         print(f"draft written to {export(args.work)}", file=sys.stderr)
     if args.stage in ("evaluate", "all"):
