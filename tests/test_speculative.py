@@ -100,16 +100,17 @@ def test_stats_count_acceptance_per_position():
 
 
 def test_both_caches_are_checked_after_every_step(monkeypatch):
-    """The draft catch-up after a fully accepted step is needed: without it the invariant check fails."""
-    target, draft = pair("same")
+    """A draft may lag behind the committed tokens (`Session.read_later`), never run ahead: a commit that leaves the
+    rejected guesses in the draft's cache fails the invariant check."""
+    target, draft = pair("noisy")
 
-    def commit_without_catch_up(s, draft_runner, guesses, accepted, new_token, k):
-        keep = s.lengths + accepted
-        s.target.cache.crop(keep)
-        draft_runner.cache.crop(torch.minimum(keep, draft_runner.cache.held))
-        return s.commit(*with_new_token(guesses, accepted, new_token), drafted=k, accepted=accepted)
+    def commit_keeping_rejected_guesses(s, draft_runner, guesses, accepted, new_token, k):
+        s.target.cache.crop(s.lengths + accepted)
+        steps = s.commit(*with_new_token(guesses, accepted, new_token), drafted=k, accepted=accepted)
+        s.read_later(draft_runner)
+        return steps
 
-    monkeypatch.setattr(speculative, "commit", commit_without_catch_up)
+    monkeypatch.setattr(speculative, "commit", commit_keeping_rejected_guesses)
     with pytest.raises(mtdecode.InvariantError, match="draft cache"):
         mtdecode.generate(target, [1, 2, 3], Speculative(draft, 3), max_new_tokens=10)
 

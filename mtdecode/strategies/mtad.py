@@ -106,7 +106,7 @@ class MTAD:
                 none = torch.zeros_like(k)
                 steps = s.commit(plain_token(s)[:, None], 1, drafted=k, accepted=none, proposals=[[]] * s.batch,
                                  log_ratios=none.double())  # fmt: skip
-                s.catch_up(draft, drafted=k)  # the draft rests: it reads what it missed when it next drafts
+                s.read_later(draft)  # the draft rests: it reads what it missed when it next drafts
                 yield steps
                 continue
             log_p, last = score_block(s, block)  # step 2
@@ -259,5 +259,5 @@ def commit(
     tokens, counts = with_new_token(block.clamp(min=0), accepted, new_token)
     proposals = [row[:n] for row, n in zip(block.tolist(), k.tolist(), strict=True)]
     steps = s.commit(tokens, counts, drafted=k, accepted=accepted, proposals=proposals, log_ratios=log_ratio)
-    s.catch_up(draft, drafted=k)
+    s.read_later(draft)  # if every guess was accepted, the draft reads the last in its next forward
     return steps

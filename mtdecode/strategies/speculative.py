@@ -99,7 +99,7 @@ class Speculative:
                     length.record(k, torch.zeros_like(k))
                 token = sample_next(s, prefill(s))  # p's own draw, as lines 4 and 10 make it with k = 0
                 steps = s.commit(token[:, None], 1, drafted=k, accepted=torch.zeros_like(k))
-                s.catch_up(draft, drafted=k)  # the draft rests: it reads what it missed when it next drafts
+                s.read_later(draft)  # the draft rests: it reads what it missed when it next drafts
                 yield steps
                 continue
             logits = verify(s, guesses)
@@ -229,5 +229,5 @@ def commit(
     draft.cache.crop(torch.minimum(keep, draft.cache.held))
     tokens, counts = with_new_token(guesses, accepted, new_token)
     steps = s.commit(tokens, counts, drafted=k, accepted=accepted)
-    s.catch_up(draft, drafted=k)  # if every guess was accepted, the draft has not read the last one yet
+    s.read_later(draft)  # if every guess was accepted, the draft reads the last one in its next forward
     return steps
