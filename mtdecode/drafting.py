@@ -61,7 +61,8 @@ units of t_1(1), so that steps of any batch compare.
   was committed while the batch did not draft (the prompt, on the first step; `DraftLength.catch_up`).
 - A row whose guesses do not pay still verifies what the batch's width holds for it, at no extra cost.
 - The rows share their calibration (the draft and the target are the same for every row), each row's chances
-  scaled by how its own guesses fared against the pool's: the rows that set the batch's end are the ones whose
+  scaled by how its own guesses fared against the pool's, and a row's acceptance a is its own record with the
+  pool's rate as prior (`DraftLength.own_acceptance`): the rows that set the batch's end are the ones whose
   guesses fail most, and a pooled chance alone overrates them.
 - When the guesses do not pay, the batch decodes at greedy cost. It tries one guess in every row after
   `PATIENCE` such steps (twice as long after each try that did not pay, or after which the batch at once
@@ -322,7 +323,7 @@ class DraftLength:
         still drafting, the same answer for every row."""
         i = len(self.confidences)
         added = self.costs.step(i + 1) - self.costs.step(i)  # c + t(i + 2) - t(i + 1), and o for the first guess
-        a = self.acceptance() if self.upcoming is None else self.upcoming.to(self.survive)
+        a = self.own_acceptance() if self.upcoming is None else self.upcoming.to(self.survive)
         if self.together:  # (batch rule): the batch's finish with guess i + 1 against without it
             added += self.setup if i == 0 else 0.0
             gain = torch.where(self.going, self.survive * a, 0.0)  # each row's expected extra tokens from guess i + 1
@@ -588,6 +589,17 @@ class DraftLength:
             hits, tries = self.record_of_rows()
             self.known["acceptance"] = (hits.sum(1) + PRIOR * self.prior) / (tries.sum(1) + PRIOR)
         return self.known["acceptance"]
+
+    def own_acceptance(self) -> Float[Tensor, " batch"]:
+        """The chance that a row's next guess is accepted, where the draft's confidence is not weighed (a): with the
+        batch rule, the row's own acceptance so far with the rows' pooled rate (`acceptance`) as its prior, worth
+        `PRIOR` guesses (the batch's end is set by the rows whose guesses fail most, and the pooled rate alone
+        overrates them, as in `calibrated`); else the row's rate, `acceptance`."""
+        if not self.together:
+            return self.acceptance()
+        if "own" not in self.known:
+            self.known["own"] = (self.hits.sum(1) + PRIOR * self.acceptance()) / (self.tries.sum(1) + PRIOR)
+        return self.known["own"]
 
     def record_of_rows(self) -> tuple[Float[Tensor, "batch bins"], Float[Tensor, "batch bins"]]:
         """Accepted and verified guesses per confidence bin, per row: each row's own, or with the batch rule the

@@ -228,6 +228,25 @@ def test_with_the_batch_rule_a_rows_own_record_scales_the_pooled_chance():
     assert length.calibrated(half).tolist() == pytest.approx([0.8, 0.2])
 
 
+def test_with_the_batch_rule_the_slow_rows_own_acceptance_decides_the_first_guess():
+    """Two rows, a draft of cost 0.2 and a flat t(n): row 0's ten guesses were all accepted, row 1's ten all
+    rejected. The pooled rate, (10 + 2 x 0.5) / (20 + 2) = 0.5, would pay for a first guess in both rows (a step
+    costing 1.2 ends the batch 1.2 / 1.5 = 0.8 as late); row 1's own rate with the pool's as prior,
+    (0 + 2 x 0.5) / (10 + 2) = 0.083, does not (1.2 / 1.083 = 1.11), and row 1 sets the batch's end: no row
+    drafts. With the pooled rate for every row (the rule before it weighed each row's own), both would draft."""
+    length = DraftLength(together(2, 0.2, 0.0), 2, CPU, remaining=lambda: torch.tensor([20, 20]))
+    for _ in range(10):
+        length.start()
+        length.more(torch.tensor([0.5, 0.5], dtype=torch.float64))
+        length.record(torch.tensor([1, 1]), torch.tensor([1, 0]))
+    assert float(length.acceptance()[0]) == pytest.approx(0.5)
+    assert length.own_acceptance().tolist() == pytest.approx([11 / 12, 1 / 12])
+    assert length.start().tolist() == [False, False]
+    length.own_acceptance = length.acceptance  # the pooled rate for every row
+    length.known.clear()
+    assert length.start().tolist() == [True, True]
+
+
 def test_a_try_after_which_the_batch_drafts_nothing_did_not_pay():
     """The batch rule's patience: a try whose guesses paid on average keeps it at 4 steps if the batch drafts on
     after it, and doubles it if the very next step drafts nothing (the rows' average paid, not the rows that set
