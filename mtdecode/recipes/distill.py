@@ -16,8 +16,9 @@ problems, and summaries of its own chat answers (the EAGLE recipe's kinds,
 `mtdecode.recipes.eagle.task_prompts`, training split), sampled at temperature 0.8, in batches
 (much faster per token than one at a time). For every answer token the target's 32 most likely
 next tokens and their log-probabilities at temperature 1 are stored: the soft labels. A draft
-distilled on chat alone guesses nonsense on code (its greedy guesses agreed with the target on
-none of 128 tokens of held-out code edits): a draft learns only the kinds of text it was shown.
+learns only the kinds of text it is shown: distilled on chat alone, its greedy guess was the
+target's on 49 % of the places of held-out chat answers and 9 % of held-out code edits
+(`evaluate`), and on code its guesses were not code.
 
 **Draft.** A Llama with the target's width and a few of its layers (copied as the
 starting point), the target's embedding (frozen, shared, not shipped), and the
