@@ -85,6 +85,7 @@ def test_the_shipped_draft_was_taught_code():
     answers to a held-out edit of each held-out snippet, its greedy guess is the target's token at more than a quarter
     of the places (the shipped draft: 44 of 109). The draft distilled on chat alone guessed 7 of those 109, and nothing
     sensible on code (`python -m mtdecode.recipes.distill evaluate` gives agreement by kind)."""
+    from mtdecode.recipes.distill import agreement
     from mtdecode.recipes.prompts import CODE_EDITS, code_prompts
 
     model, tokenizer = default()
@@ -92,13 +93,8 @@ def test_the_shipped_draft_was_taught_code():
     agreed = places = 0
     for text in code_prompts(held_out=True)[:: len(CODE_EDITS)]:  # the first edit of each snippet
         ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-        ids = ids["input_ids"]
-        answer = greedy_tokens(model, ids, 32, eos_token_id=tokenizer.eos_token_id)
-        sequence = torch.tensor([ids + answer])
-        with torch.no_grad():
-            guesses = draft.hf(sequence).logits[0, len(ids) - 1 : -1].argmax(-1)
-        agreed += int((guesses == sequence[0, len(ids) :]).sum())
-        places += len(answer)
+        counts = agreement(model, draft, ids["input_ids"], 32, tokenizer.eos_token_id)
+        agreed, places = agreed + counts[0], places + counts[1]
     assert agreed > places / 4, f"the draft guessed {agreed} of {places} tokens of code edits"
 
 

@@ -303,7 +303,6 @@ def evaluate(prompts: int = 16, new_tokens: int = 64, timing_rounds: int = 30) -
 
     import mtdecode
     from mtdecode.recipes.prompts import code_prompts, held_out_prompts, math_prompts
-    from mtdecode.strategies import Autoregressive
     from mtdecode.zoo import DRAFT_MODEL, load_model, load_tokenizer
 
     target, draft, tokenizer = load_model(), load_model(DRAFT_MODEL), load_tokenizer()
@@ -315,15 +314,9 @@ def evaluate(prompts: int = 16, new_tokens: int = 64, timing_rounds: int = 30) -
         for text in tqdm(chosen, desc=f"evaluate: agreement on {kind}", unit="prompt"):
             ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
             ids = ids["input_ids"]
-            answer = mtdecode.generate(
-                target, ids, Autoregressive(), max_new_tokens=new_tokens, eos_token_id=tokenizer.eos_token_id
-            ).row(0)
-            sequence = torch.tensor([ids + answer])
-            with torch.no_grad():
-                t = target.hf(sequence).logits[0, len(ids) - 1 : -1].argmax(-1)
-                d = draft.hf(sequence).logits[0, len(ids) - 1 : -1].argmax(-1)
-            agree += int((t == d).sum())
-            total += len(answer)
+            agreed, places = agreement(target, draft, ids, new_tokens, tokenizer.eos_token_id)
+            agree += agreed
+            total += places
         report["greedy_top1_agreement"][kind] = round(agree / total, 4)
         report["positions"][kind] = total
     seconds = {"target": 0.0, "draft": 0.0}
@@ -343,6 +336,22 @@ def evaluate(prompts: int = 16, new_tokens: int = 64, timing_rounds: int = 30) -
     }
     print(json.dumps(report, indent=2))
     return report
+
+
+def agreement(target, draft, prompt: list[int], new_tokens: int, eos_token_id: int | None) -> tuple[int, int]:
+    """Teacher forced on the target's greedy answer to `prompt` (at most `new_tokens`, up to `eos_token_id`): at how
+    many of the answer's places the draft's argmax is the target's, and how many places there are."""
+    import mtdecode
+    from mtdecode.strategies import Autoregressive
+
+    answer = mtdecode.generate(
+        target, prompt, Autoregressive(), max_new_tokens=new_tokens, eos_token_id=eos_token_id
+    ).row(0)
+    sequence = torch.tensor([prompt + answer])
+    with torch.no_grad():
+        t = target.hf(sequence).logits[0, len(prompt) - 1 : -1].argmax(-1)
+        d = draft.hf(sequence).logits[0, len(prompt) - 1 : -1].argmax(-1)
+    return int((t == d).sum()), len(answer)
 
 
 def main(argv: list[str] | None = None) -> None:
