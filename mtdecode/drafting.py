@@ -87,6 +87,7 @@ be a draw from q.
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import no_type_check
 
 import torch
 from einops import pack, reduce, repeat, unpack
@@ -128,6 +129,7 @@ class DraftCosts:
         if not self.overhead >= 0:
             raise ValueError(f"overhead must be >= 0, got {self.overhead}")
 
+    @no_type_check  # plain numbers, called per row per step (see `mtdecode.tensor_types`)
     def t(self, tokens: int) -> float:
         """t(tokens); past the last measured size the last step is continued."""
         if tokens <= len(self.target):
@@ -487,6 +489,7 @@ class DraftLength:
             return torch.ones_like(self.rested, dtype=torch.bool)
         return self.remaining().to(self.rested.device) > 2 * patience
 
+    @no_type_check
     def catch_up(self, unread: int) -> float:
         """What the draft's first forward of a step costs beyond one token per row when it must read `unread` tokens
         per row first: c (t(unread) / t(1) - 1), the draft's forward taken to grow with its tokens as the target's

@@ -6,6 +6,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import no_type_check
 
 import torch
 from transformers import PreTrainedModel
@@ -269,16 +270,18 @@ def _check_prompts(prompts, target: CausalLM) -> list[list[int]]:
                 raise ValueError(f"prompt {b} must be a list of ints (token ids)")
     if not rows:
         raise ValueError("the batch is empty: pass at least one prompt")
+    vocab = target.vocab_size
     for b, row in enumerate(rows):
         if not row:
             label = "the prompt is empty" if len(rows) == 1 else f"prompt {b} is empty"
             raise ValueError(f"{label}: decoding needs at least one token to start from")
-        bad = [t for t in row if not 0 <= t < target.vocab_size]
+        bad = [t for t in row if not 0 <= t < vocab]
         if bad:
-            raise ValueError(f"prompt {b}: token ids {bad[:5]} are outside the vocabulary [0, {target.vocab_size})")
+            raise ValueError(f"prompt {b}: token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
     return rows
 
 
+@no_type_check  # untyped input, once per prompt of every generate call
 def _as_list(prompt, row: int) -> list:
     if isinstance(prompt, Tensor):
         if prompt.ndim != 1 or prompt.dtype.is_floating_point or prompt.dtype == torch.bool:

@@ -20,6 +20,7 @@ import contextlib
 import inspect
 import weakref
 from collections.abc import Sequence
+from typing import no_type_check
 
 import torch
 from transformers import PreTrainedModel
@@ -110,12 +111,14 @@ class CausalLM:
         return self.hf.dtype
 
     @property
+    @no_type_check  # plain ints, called once per generate call (see `mtdecode.tensor_types`)
     def vocab_size(self) -> int:
         """Width of the model's output layer (the size of p over tokens)."""
         head = self.hf.get_output_embeddings()
         return int(getattr(head, "out_features", None) or head.weight.shape[0])
 
     @property
+    @no_type_check
     def max_length(self) -> int:
         """How many positions the model can attend over (its context)."""
         return int(self.config.max_position_embeddings)

@@ -15,6 +15,7 @@ row's seed, and rows never influence each other.
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import no_type_check
 
 import torch
 
@@ -85,6 +86,7 @@ _GOLDEN = 0x9E3779B97F4A7C15
 _MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
+@no_type_check  # a plain int, several per draw (see `mtdecode.tensor_types`)
 def _signed(value: int) -> int:
     """A 64-bit pattern as torch's int64 holds it."""
     value &= (1 << 64) - 1

@@ -23,6 +23,7 @@ from mtdecode.sampling import RowRandom, Sampler
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 
+@no_type_check  # plain ints, one per row per step, made by `Session.commit` from lists (see `mtdecode.tensor_types`)
 @dataclass(frozen=True)
 class Step:
     """What one target forward pass committed in one row.
@@ -147,6 +148,7 @@ class Session:
     def generated(self, row: int) -> int:
         return len(self.tokens[row]) - self.prompt_lengths[row]
 
+    @no_type_check
     def new_tokens(self, row: int) -> list[int]:
         return self.tokens[row][self.prompt_lengths[row] :]
 

@@ -27,10 +27,13 @@ comment would otherwise state, and einops checks it.
 Type checking is off at import (it costs time on every call). It is on in the test
 suite through jaxtyping's pytest plugin, and can be switched on for any program by
 setting the environment variable `MTDECODE_TYPECHECK=1` before `import mtdecode`.
-A few accessors that take and return plain ints or bools, and that the steps call for every row
-(`Session.batch`, `Session.done`, `Session.generated`, `KVCache.columns`, `KVCache.pending`),
-are marked `typing.no_type_check`: a check of an int costs tens of microseconds, more than the
-accessor, and they were a third of all checked calls in the batch tests.
+A few functions that take and return only plain ints, floats, bools or lists, and that run for
+every row, step or draw, are marked `typing.no_type_check`: a check costs tens of microseconds,
+more than such a function, and they were most of the checked calls in the tests (`Session.batch`,
+`Session.done`, `Session.generated`, `Session.new_tokens`, `KVCache.columns`, `KVCache.pending`,
+`CausalLM.vocab_size`, `CausalLM.max_length`, `DraftCosts.t`, `DraftLength.catch_up`, the
+`Step` record, and the small helpers beside them). Functions that take or return tensors stay
+checked.
 """
 
 from jaxtyping import Bool, Float, Int

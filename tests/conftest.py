@@ -9,9 +9,15 @@ with `MTDECODE_HYPOTHESIS_PROFILE=thorough make test`.
 import os
 import tempfile
 
+import beartype  # noqa: F401
 import pytest
 import torch
+import transformers.modeling_utils  # noqa: F401
 from hypothesis import HealthCheck, settings
+
+# beartype and transformers' model code are imported here, before mtdecode: while jaxtyping's import hook runs an
+# mtdecode module, whatever that module imports first looks for bytecode under the hook's own cache name, finds
+# none and is compiled from source (about 1,700 modules, 3 to 4 s in every worker)
 
 DEFAULT_EXAMPLES = 30
 settings.register_profile(
