@@ -29,11 +29,11 @@ suite through jaxtyping's pytest plugin, and can be switched on for any program 
 setting the environment variable `MTDECODE_TYPECHECK=1` before `import mtdecode`.
 A few functions that take and return only plain ints, floats, bools or lists, and that run for
 every row, step or draw, are marked `typing.no_type_check`: a check costs tens of microseconds,
-more than such a function, and they were most of the checked calls in the tests (`Session.batch`,
-`Session.done`, `Session.generated`, `Session.new_tokens`, `KVCache.columns`, `KVCache.pending`,
-`CausalLM.vocab_size`, `CausalLM.max_length`, `DraftCosts.t`, `DraftLength.catch_up`, the
-`Step` record, and the small helpers beside them). Functions that take or return tensors stay
-checked.
+more than such a function (`Session.batch`, `Session.done`, `Session.generated`,
+`Session.new_tokens`, `KVCache.columns`, `KVCache.pending`, `CausalLM.vocab_size`,
+`CausalLM.max_length`, `DraftCosts.t`, `DraftLength.catch_up`, the `Step` record, and the small
+helpers beside them; those marked last made nearly half of the checked calls in a profile of the
+batch, speculative and EAGLE tests). Functions that take or return tensors stay checked.
 """
 
 from jaxtyping import Bool, Float, Int
