@@ -28,7 +28,11 @@ forced up to each answer position, then fed its own features, how often its firs
 the target's tokens.
 
 The data are the recipe's chat, two-turn chat and question answers (`python -m mtdecode.recipes.eagle data --work
-WORK`); for `EAGLE-3 input`, the three layers' states come from one target forward over each sequence.
+WORK`); for `EAGLE-3 input`, the three layers' states come from one target forward over each sequence. `--kinds`
+trains on other kinds, such as the same three with their sampled answers too (`--sampled chat question
+conversation` in the recipe's data stage; `--kinds chat question conversation chat-sampled question-sampled
+conversation-sampled`): the held-out answers are always those of the greedy kinds, and the head scores the
+tokens most frequent in the greedy answers, so that runs with and without sampled answers compare.
 
     python benchmarks/eagle3_pilot.py --work build/eagle [--steps 800] [--variants "EAGLE-1" "EAGLE-1, two layers"]
 """
@@ -150,13 +154,16 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=256)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS[:3])
+    parser.add_argument("--kinds", nargs="+", default=KINDS, help="the data kinds to train on; a kind's sampled "
+                        "answers are KIND-sampled (the held-out answers are always the greedy kinds')")  # fmt: skip
     args = parser.parse_args()
     if min(args.steps, args.batch, args.window) < 1:
         parser.error("--steps, --batch and --window must be at least 1")
     target = mtdecode.load_model().hf
     start = time.perf_counter()
-    records = [r for kind in KINDS for r in load_records(args.work, kind)]
-    held_out = [r for kind in KINDS for r in load_records(args.work, kind, held_out=True)]
+    greedy_kinds = [kind for kind in args.kinds if not kind.endswith("-sampled")]
+    records = [r for kind in args.kinds for r in load_records(args.work, kind)]
+    held_out = [r for kind in greedy_kinds for r in load_records(args.work, kind, held_out=True)]
     fused = "EAGLE-3 input" in args.variants
     if fused:  # only this variant reads the three layers
         records, held_out = with_layers(target, records), with_layers(target, held_out)
@@ -164,7 +171,8 @@ def main() -> None:
     print(f"{len(records)} training sequences ({tokens} tokens), {len(held_out)} held out"
           f"{f', layers {LAYERS}' if fused else ''}: "
           f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
-    head_tokens = build_head(target, records).head_token_ids
+    # the greedy answers' most frequent tokens, so that runs with and without sampled answers score the same tokens
+    head_tokens = build_head(target, [r for kind in greedy_kinds for r in load_records(args.work, kind)]).head_token_ids
     for variant in args.variants:
         torch.manual_seed(0)  # the same start for the shared head
         model = build_head(target, records, head_tokens)

@@ -79,9 +79,9 @@ def test_training_on_the_targets_forward_makes_the_loss_fall():
 
 def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):
     """The whole recipe (`python -m mtdecode.recipes.eagle all`) on a tiny GPT-2 target (LayerNorm, GPT-2's own config
-    names, absolute positions) with the default model's tokenizer and chat template, at a hundredth of its prompts:
-    every stage runs, the exported head has the target's width and LayerNorm, loads back, and drafts for Eagle,
-    whose output is then greedy decoding's."""
+    names, absolute positions) with the default model's tokenizer and chat template, at a hundredth of its prompts
+    and with sampled chat answers too: every stage runs, the exported head has the target's width and LayerNorm,
+    loads back, and drafts for Eagle, whose output is then greedy decoding's."""
     from mtdecode.recipes import eagle
     from mtdecode.strategies import Eagle
     from mtdecode.testing.families import tiny_family_model
@@ -94,13 +94,43 @@ def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     eagle.main(["all", "--work", str(tmp_path / "work"), "--model", str(folder), "--scale", "0.01", "--new-tokens",
-                "6", "--steps", "3", "--window", "32", "--sequences", "1", "--out", str(out)])  # fmt: skip
+                "6", "--steps", "3", "--window", "32", "--sequences", "1", "--sampled", "chat",
+                "--out", str(out)])  # fmt: skip
+    assert eagle.load_records(tmp_path / "work", eagle.sampled_kind("chat"))  # `--sampled chat` made its data
     head = load_head(model, out)
     assert isinstance(head.norm, torch.nn.LayerNorm) and head.fuse.out_features == model.config.n_embd == 32
     prompt = tokenizer("def add(a, b):\n    return a + b\n\ndef add(a, b):")["input_ids"]
     greedy = mtdecode.generate(model, prompt, Autoregressive(), max_new_tokens=12)
     drafted = mtdecode.generate(model, prompt, Eagle(head, depth=2, width=2), max_new_tokens=12, seed=0)
     assert drafted.row(0) == greedy.row(0)
+
+
+def test_sampled_answers_are_the_targets_own_draws_kept_beside_the_greedy_ones(tmp_path):
+    """`make_data(..., sampled=True)`: the same prompts answered by draws from the target at temperature 1, seeded
+    by the batch, kept as the kind `chat-sampled` beside the greedy `chat`. Each answer is the one `generate` draws
+    with that seed, and they differ from the greedy answers (a control: the greedy kind's answers are greedy
+    decoding's)."""
+    from mtdecode.recipes import eagle
+    from mtdecode.testing.families import tiny_family_model
+    from mtdecode.zoo import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer()
+    folder, work = tmp_path / "tiny-gpt2", tmp_path / "work"
+    tiny_family_model("gpt2", vocab_size=len(tokenizer), dtype=torch.float32).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    for sampled in (False, True):
+        eagle.make_data(work, "chat", prompts=3, batch=3, new_tokens=6, model=str(folder), sampled=sampled)
+    greedy, drawn = eagle.load_records(work, "chat"), eagle.load_records(work, eagle.sampled_kind("chat"))
+    prompts = [r["tokens"][: r["answer_start"]].tolist() for r in greedy]
+    assert prompts == [r["tokens"][: r["answer_start"]].tolist() for r in drawn]
+    target = load_model(str(folder))
+    settings = dict(max_new_tokens=6, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
+    plain = mtdecode.generate(target, prompts, Autoregressive(), **settings)
+    draws = mtdecode.generate(target, prompts, Autoregressive(), temperature=1.0, seed=0, **settings)
+    answers = [[r["tokens"][r["answer_start"] :].tolist() for r in records] for records in (greedy, drawn)]
+    assert answers == [[plain.row(b) for b in range(3)], [draws.row(b) for b in range(3)]]
+    assert answers[0] != answers[1]
+    assert all(r["features"].shape == (len(r["tokens"]), 32) for r in greedy + drawn)
 
 
 def test_an_unrolled_draft_sees_what_a_real_draft_sees():

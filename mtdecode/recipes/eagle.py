@@ -239,10 +239,14 @@ def task_prompts(kind: str, count: int, work, held_out: bool, model: str | None 
 
 
 def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, batch: int = 16,
-              new_tokens: int = 128, model: str | None = None) -> None:  # fmt: skip
+              new_tokens: int = 128, model: str | None = None, sampled: bool = False) -> None:  # fmt: skip
     """The target (`model`: a name or folder for `load_model`, the default model if None) answers one task kind's
     prompts greedily, `batch` at a time; each shard keeps every sequence's tokens (prompt + answer), where its
-    answer starts, and the target's features along it (float16)."""
+    answer starts, and the target's features along it (float16).
+
+    `sampled`: the answers are drawn from the target's own distribution instead (temperature 1, no truncation, the
+    batch's index as the seed) and kept as the kind `KIND-sampled` (`sampled_kind`) beside the greedy ones:
+    self-distilled text along paths that greedy decoding does not take, such as a user's sampling takes."""
     from tqdm import tqdm
 
     import mtdecode
@@ -250,7 +254,7 @@ def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, ba
     from mtdecode.strategies import Autoregressive
     from mtdecode.zoo import load_model, load_tokenizer
 
-    folder = Path(work) / ("held_out" if held_out else "data") / kind
+    folder = Path(work) / ("held_out" if held_out else "data") / (sampled_kind(kind) if sampled else kind)
     folder.mkdir(parents=True, exist_ok=True)
     chats = task_prompts(kind, prompts, work, held_out, model)
     batches = [chats[i : i + batch] for i in range(0, len(chats), batch)]
@@ -262,7 +266,7 @@ def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, ba
         ids = [list(tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"]) for c in batches[i]]
         result = mtdecode.generate(
             target, ids, Autoregressive(), max_new_tokens=new_tokens, eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.eos_token_id, temperature=1.0 if sampled else 0.0, seed=i if sampled else None,
         )  # fmt: skip
         records = []
         for b, prompt in enumerate(ids):
@@ -275,6 +279,11 @@ def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, ba
         tmp = folder / f"{i:04d}.tmp"
         torch.save(records, tmp)
         tmp.rename(folder / f"{i:04d}.pt")
+
+
+def sampled_kind(kind: str) -> str:
+    """The data kind under which `make_data(..., sampled=True)` keeps a task kind's sampled answers."""
+    return f"{kind}-sampled"
 
 
 #: chunks of installed packages' text read by the target (not generated): Python code, and docstrings as prose
@@ -506,7 +515,8 @@ def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | Non
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m mtdecode.recipes.eagle STAGE --work DIR [--model NAME_OR_FOLDER] [--scale S] [--out FOLDER]`."""
+    """`python -m mtdecode.recipes.eagle STAGE --work DIR [--model NAME_OR_FOLDER] [--scale S] [--sampled KIND ...]
+    [--out FOLDER]`."""
     import argparse
 
     parser = argparse.ArgumentParser(description="Train an EAGLE-style draft head (by default for SmolLM2-135M).")
@@ -517,6 +527,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="a share of the recipe's prompts and text (a smoke "
                         "test: 0.01)")  # fmt: skip
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per answer (default 128, passages 160)")
+    parser.add_argument("--sampled", nargs="+", default=[], choices=list(TASK_PROMPTS), metavar="KIND",
+                        help="also answer these kinds' training prompts by sampling at temperature 1 (kept as "
+                        "KIND-sampled beside the greedy answers; none by default)")  # fmt: skip
     parser.add_argument("--steps", type=int, default=10500)
     parser.add_argument("--window", type=int, default=256, help="tokens per training window")
     parser.add_argument("--sequences", type=int, default=8, help="held-out sequences per task kind to evaluate")
@@ -535,6 +548,10 @@ def main(argv: list[str] | None = None) -> None:
             settings = dict(new_tokens=new_tokens, model=args.model)
             make_data(args.work, kind, prompts=scaled(count), **settings)
             make_data(args.work, kind, held_out=True, prompts=scaled(held_out_count), **settings)
+        for kind in args.sampled:  # the same training prompts, answered by the target's own draws
+            new_tokens = args.new_tokens or NEW_TOKENS.get(kind, 128)
+            make_data(args.work, kind, prompts=scaled(TASK_PROMPTS[kind][0]), new_tokens=new_tokens,
+                      model=args.model, sampled=True)  # fmt: skip
         for kind, count in TEXT_CHUNKS.items():
             make_text_data(args.work, kind, chunks=scaled(count), model=args.model)
     if args.stage in ("train", "all"):
