@@ -46,6 +46,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 import mtdecode
 from mtdecode.recipes.eagle import (
+    TASK_PROMPTS,
     build_head,
     chain_hits,
     distill_loss,
@@ -54,6 +55,7 @@ from mtdecode.recipes.eagle import (
     learning_rate,
     load_records,
     random_windows,
+    sampled_kind,
     token_loss,
     unrolled_loss,
 )
@@ -161,8 +163,10 @@ def main() -> None:
         parser.error("--steps, --batch and --window must be at least 1")
     target = mtdecode.load_model().hf
     start = time.perf_counter()
-    greedy_kinds = [kind for kind in args.kinds if not kind.endswith("-sampled")]
-    records = [r for kind in args.kinds for r in load_records(args.work, kind)]
+    sampled = {sampled_kind(kind) for kind in TASK_PROMPTS}
+    greedy_kinds = [kind for kind in args.kinds if kind not in sampled]
+    by_kind = {kind: load_records(args.work, kind) for kind in args.kinds}
+    records = [r for kind in args.kinds for r in by_kind[kind]]
     held_out = [r for kind in greedy_kinds for r in load_records(args.work, kind, held_out=True)]
     fused = "EAGLE-3 input" in args.variants
     if fused:  # only this variant reads the three layers
@@ -172,7 +176,7 @@ def main() -> None:
           f"{f', layers {LAYERS}' if fused else ''}: "
           f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
     # the greedy answers' most frequent tokens, so that runs with and without sampled answers score the same tokens
-    head_tokens = build_head(target, [r for kind in greedy_kinds for r in load_records(args.work, kind)]).head_token_ids
+    head_tokens = build_head(target, [r for kind in greedy_kinds for r in by_kind[kind]]).head_token_ids
     for variant in args.variants:
         torch.manual_seed(0)  # the same start for the shared head
         model = build_head(target, records, head_tokens)
