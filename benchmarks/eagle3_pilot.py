@@ -21,7 +21,9 @@ default the first three of these; `--variants` picks any of them:
 - `training-time test`: EAGLE-3's training without its fused input: the head drafts 3 depths from every position
   at once, fed its own predicted features, and each depth's cross-entropy counts with weight 0.8^(d - 1), no
   feature loss (`mtdecode.recipes.eagle.unrolled_loss`);
-- `training-time test + top-K`: the same with the top-K cross-entropy at every depth.
+- `training-time test + top-K`: the same with the top-K cross-entropy at every depth;
+- `EAGLE-1 + noise`: EAGLE-1 with its paper's data augmentation, uniform noise (half-width 0.2, about a tenth of
+  the features' RMS) on the features the head reads, not on those it is compared with.
 
 Besides the first guess, every variant but the fused one is scored on held-out chains (`chain_hits`): teacher
 forced up to each answer position, then fed its own features, how often its first 1, 2 and 3 guesses are all
@@ -64,9 +66,10 @@ from mtdecode.zoo.eagle import EagleHead
 KINDS = ["chat", "conversation", "question"]
 LAYERS = (2, 15, 27)  # outputs of these layers (hidden_states[i] is layer i's output; 0 is the embedding)
 VARIANTS = ("EAGLE-1", "EAGLE-1, token loss", "EAGLE-3 input", "EAGLE-1, two layers", "EAGLE-1 + top-K",
-            "training-time test", "training-time test + top-K")
+            "training-time test", "training-time test + top-K", "EAGLE-1 + noise")
 TOP_K = 10  # HASS's K: the target's likeliest tokens that the top-K loss distils
 TOP_K_WEIGHT = 1.0  # the top-K loss's weight beside EAGLE-1's
+NOISE = 0.2  # EAGLE-1's uniform feature noise, half-width: about a tenth of SmolLM2's feature RMS (1.9)
 DEPTHS = 3  # depths unrolled by training-time test (HASS aligns 3 draft steps), and scored on held-out chains
 
 
@@ -106,11 +109,13 @@ def with_layers(target, records: list[dict]) -> list[dict]:
     return out
 
 
-def loss(variant: str, model: nn.Module, batch: dict) -> torch.Tensor:
+def loss(variant: str, model: nn.Module, batch: dict, noise: torch.Generator) -> torch.Tensor:
     features, tokens = batch["features"], batch["tokens"]
     positions = torch.arange(tokens.shape[1] - 1).expand(tokens.shape[0], -1)
     if variant in ("EAGLE-1", "EAGLE-1, two layers"):
         return eagle_loss(model, features, tokens)[0]
+    if variant == "EAGLE-1 + noise":
+        return eagle_loss(model, features, tokens, NOISE, noise)[0]
     if variant == "EAGLE-1, token loss":
         return token_loss(model, model(features[:, :-1], tokens[:, 1:], positions), features)
     if variant == "EAGLE-1 + top-K":
@@ -186,6 +191,7 @@ def main() -> None:
             model.layer = TwoLayers(model.layer)
         optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
         generator = torch.Generator().manual_seed(0)  # the same windows for every variant
+        noise = torch.Generator().manual_seed(1)  # the noise's own draws, so the windows stay the same
         start = time.perf_counter()
         for step in range(args.steps):
             windows = random_windows(records, args.batch, args.window, generator)
@@ -194,7 +200,7 @@ def main() -> None:
             batch = {key: value.float() if value.is_floating_point() else value for key, value in batch.items()}
             for group in optimiser.param_groups:  # the recipe's schedule
                 group["lr"] = learning_rate(args.lr, step, args.steps)
-            value = loss(variant, model, batch)
+            value = loss(variant, model, batch, noise)
             optimiser.zero_grad()
             value.backward()
             optimiser.step()

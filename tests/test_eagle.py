@@ -77,6 +77,27 @@ def test_training_on_the_targets_forward_makes_the_loss_fall():
     assert after[1] < before[1] and after[2] < before[2], (before, after)
 
 
+def test_feature_noise_moves_what_the_head_reads_and_not_what_it_is_compared_with():
+    """EAGLE-1's augmentation (`eagle_loss(..., noise=...)`): uniform draws in (-noise, noise) from the given
+    generator on the features the head reads; the feature loss still compares with the target's clean features
+    (noise on both, or none, fails this), and no noise is the plain loss."""
+    model = tiny_model("llama", vocab_size=VOCAB, hidden=HIDDEN, dtype=torch.float32, seed=2)
+    torch.manual_seed(0)
+    head = EagleHead(
+        model.config, model.get_input_embeddings().weight, model.get_output_embeddings().weight, torch.arange(VOCAB)
+    )
+    features, tokens = target_batch(model, batch=2, seq=8, seed=1)
+    with torch.no_grad():
+        plain = eagle_loss(head, features, tokens)
+        assert eagle_loss(head, features, tokens, 0.0, torch.Generator().manual_seed(3)) == plain
+        noisy = eagle_loss(head, features, tokens, 0.5, torch.Generator().manual_seed(3))
+        draws = torch.rand(features[:, :-1].shape, generator=torch.Generator().manual_seed(3))
+        predicted = head(features[:, :-1] + 0.5 * (2 * draws - 1), tokens[:, 1:], torch.arange(7).expand(2, -1))
+        expected = torch.nn.functional.smooth_l1_loss(predicted, features[:, 1:])
+    torch.testing.assert_close(noisy[1], expected)
+    assert not torch.isclose(noisy[1], plain[1]), (noisy, plain)
+
+
 def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):
     """The whole recipe (`python -m mtdecode.recipes.eagle all`) on a tiny GPT-2 target (LayerNorm, GPT-2's own config
     names, absolute positions) with the default model's tokenizer and chat template, at a hundredth of its prompts

@@ -68,18 +68,30 @@ DEPTH_DECAY = 0.8
 
 
 def eagle_loss(
-    head: EagleHead, features: Float[Tensor, "batch seq hidden"], tokens: Int[Tensor, "batch seq"]
+    head: EagleHead,
+    features: Float[Tensor, "batch seq hidden"],
+    tokens: Int[Tensor, "batch seq"],
+    noise: float = 0.0,
+    generator: torch.Generator | None = None,
 ) -> tuple[Float[Tensor, ""], Float[Tensor, ""], Float[Tensor, ""]]:
     """The training loss on one batch of the target's own forward: `features[:, t]` is the target's feature at
     position t, `tokens[:, t]` the token there. Position t's input is (f_t, x_{t+1}); its outputs are compared with
     f_{t+1} and with the target's distribution for x_{t+2}, which is the target's output layer on f_{t+1}
     restricted to the head's tokens (the output layer is linear without a bias, as in Llama-family models).
 
+    `noise`: EAGLE-1's data augmentation, uniform noise in (-noise, noise) (drawn from `generator`) added to the
+    features the head reads, not to those its outputs are compared with: the head learns to draft from features a
+    little off the target's, as its own are when it drafts deeper.
+
     **Returns:** the total loss, the feature loss (SmoothL1) and the token loss (cross-entropy), each a mean.
     """
     seq = tokens.shape[1]
     positions = torch.arange(seq - 1, device=tokens.device).expand(tokens.shape[0], -1)
-    predicted = head(features[:, :-1], tokens[:, 1:], positions)  # f'_{t+1}, (batch, seq - 1, hidden)
+    inputs = features[:, :-1]
+    if noise:
+        uniform = torch.rand(inputs.shape, generator=generator, device=inputs.device, dtype=inputs.dtype)
+        inputs = inputs + noise * (2 * uniform - 1)
+    predicted = head(inputs, tokens[:, 1:], positions)  # f'_{t+1}, (batch, seq - 1, hidden)
     feature_loss = F.smooth_l1_loss(predicted, features[:, 1:])
     tokens_loss = token_loss(head, predicted, features)
     return feature_loss + TOKEN_LOSS_WEIGHT * tokens_loss, feature_loss, tokens_loss
