@@ -1,7 +1,9 @@
-"""The EAGLE-style draft head (`mtdecode.zoo.eagle`), first pieces: it predicts the next feature from the
-target's own features, and training on the target's forward makes its loss fall (a smoke test on a tiny
-model; the strategy and the trained head for SmolLM2 are still to come)."""
+"""The EAGLE-style draft head (`mtdecode.zoo.eagle`) and its training recipe (`mtdecode.recipes.eagle`), on tiny
+models: the head predicts the next feature from the target's own features, training on the target's forward makes
+its loss fall, and the recipe's data, losses and stages do what they say. The strategy is tested in
+test_eagle_strategy.py, the shipped head for SmolLM2 in test_smollm2.py."""
 
+import pytest
 import torch
 
 import mtdecode
@@ -96,6 +98,8 @@ def test_feature_noise_moves_what_the_head_reads_and_not_what_it_is_compared_wit
         expected = torch.nn.functional.smooth_l1_loss(predicted, features[:, 1:])
     torch.testing.assert_close(noisy[1], expected)
     assert not torch.isclose(noisy[1], plain[1]), (noisy, plain)
+    with pytest.raises(ValueError, match="at least 0"):
+        eagle_loss(head, features, tokens, -0.1)
 
 
 def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):

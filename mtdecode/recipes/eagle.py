@@ -84,7 +84,11 @@ def eagle_loss(
     little off the target's, as its own are when it drafts deeper.
 
     **Returns:** the total loss, the feature loss (SmoothL1) and the token loss (cross-entropy), each a mean.
+
+    **Raises:** `ValueError` if `noise` is negative.
     """
+    if noise < 0:
+        raise ValueError(f"noise is the half-width of the uniform noise on the features, at least 0; got {noise}")
     seq = tokens.shape[1]
     positions = torch.arange(seq - 1, device=tokens.device).expand(tokens.shape[0], -1)
     inputs = features[:, :-1]
