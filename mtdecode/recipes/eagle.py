@@ -49,6 +49,7 @@ to 47.1%. `evaluate` gives acceptance by draft depth and kind (docs/strategies/e
 `benchmarks/eagle_costs.py` gives it on the benchmark's prompts.
 """
 
+import functools
 import math
 from pathlib import Path
 
@@ -218,16 +219,23 @@ TASK_PROMPTS = {"chat": (384, 24), "code": (128, 16), "math": (192, 16), "summar
 NEW_TOKENS = {"passage": 160}  # the others: 128
 
 
+@functools.cache
+def _tokenizer(model: str | None):
+    """The target's tokenizer (`model` as in `make_data`), loaded once per process: every kind's data reads it."""
+    from mtdecode.zoo import load_tokenizer
+
+    return load_tokenizer(model or DEFAULT_TARGET)
+
+
 def task_prompts(kind: str, count: int, work, held_out: bool, model: str | None = None) -> list[list[dict]]:
     """The first `count` chats of one task kind (chat is shuffled with a fixed seed so every template is in).
     Kinds that read the target's earlier answers (`summary`, `conversation`, `extract`) need those made first."""
     import random
 
     from mtdecode.recipes import prompts as p
-    from mtdecode.zoo import load_tokenizer
 
     def answers(of: str) -> list[str]:
-        tokenizer = load_tokenizer(model or DEFAULT_TARGET)
+        tokenizer = _tokenizer(model)
         return [tokenizer.decode(r["tokens"][r["answer_start"] :], skip_special_tokens=True)
                 for r in load_records(work, of, held_out)]  # fmt: skip
 
@@ -268,7 +276,7 @@ def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, ba
     import mtdecode
     from mtdecode import KVCache, masks
     from mtdecode.strategies import Autoregressive
-    from mtdecode.zoo import load_model, load_tokenizer
+    from mtdecode.zoo import load_model
 
     folder = Path(work) / ("held_out" if held_out else "data") / (sampled_kind(kind) if sampled else kind)
     folder.mkdir(parents=True, exist_ok=True)
@@ -277,7 +285,7 @@ def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, ba
     todo = [i for i in range(len(batches)) if not (folder / f"{i:04d}.pt").exists()]
     if not todo:
         return
-    target, tokenizer = load_model(model or DEFAULT_TARGET), load_tokenizer(model or DEFAULT_TARGET)  # a CausalLM
+    target, tokenizer = load_model(model or DEFAULT_TARGET), _tokenizer(model)  # a CausalLM
     for i in tqdm(todo, desc=f"data: target answers ({kind}, {folder.parent.name})", unit="batch"):
         ids = [list(tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"]) for c in batches[i]]
         result = mtdecode.generate(
@@ -319,13 +327,13 @@ def make_text_data(work, kind: str, *, chunks: int, batch: int = 8, model: str |
     from tqdm import tqdm
 
     from mtdecode import KVCache, masks
-    from mtdecode.zoo import load_model, load_tokenizer
+    from mtdecode.zoo import load_model
 
     folder = Path(work) / "data" / kind
     folder.mkdir(parents=True, exist_ok=True)
     if (folder / "done").exists():
         return
-    tokenizer, target = load_tokenizer(model or DEFAULT_TARGET), load_model(model or DEFAULT_TARGET)
+    tokenizer, target = _tokenizer(model), load_model(model or DEFAULT_TARGET)
     files = sorted(Path(sysconfig.get_paths()["purelib"]).rglob("*.py"))
     random.Random(0).shuffle(files)
     pieces, total = [], 0

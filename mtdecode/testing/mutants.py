@@ -34,7 +34,7 @@ from mtdecode.strategies import Lookahead, PromptLookup
 from mtdecode.strategies import mtad as mtad_strategy
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.testing.blackbox import SAMPLING_SETTINGS
-from mtdecode.testing.decoders import strategy_decoder
+from mtdecode.testing.decoders import global_seed, strategy_decoder
 from mtdecode.testing.trees import TREE_MUTANTS
 
 # ---------------------------------------------------------------- the kernel: speculative sampling's rule
@@ -232,7 +232,7 @@ def homework_speculative(
     """Speculative decoding written directly against transformers: a noisy copy of `model` drafts k tokens
     one by one, one target forward verifies them, `homework_rejection_sampler` keeps a prefix plus one
     token, and both `DynamicCache`s are cropped back; it stops after the model's EOS. torch's global
-    generator, seeded with `seed` inside `fork_rng`, makes every draw. `bug` selects one of the mutants below
+    generator, seeded with `seed` by `global_seed`, makes every draw. `bug` selects one of the mutants below
     ("" is the correct decoder)."""
     import random as unseeded
 
@@ -244,8 +244,7 @@ def homework_speculative(
     tokens, budget = list(prompt), len(prompt) + max_new_tokens
     target_cache, draft_cache = DynamicCache(), DynamicCache()
     target_read = 0  # committed tokens the target has read
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(unseeded.randrange(2**31) if bug == "acceptance_unseeded" else seed)
+    with global_seed(unseeded.randrange(2**31) if bug == "acceptance_unseeded" else seed):
         while len(tokens) < budget:
             guesses, q_rows, q_raw = [], [], []
             feed = tokens[draft_cache.get_seq_length() :]
