@@ -4,6 +4,8 @@ n-gram's previous occurrence (`lookup`) and its record of how often copied token
 (`prompt_tokens`), used by `Jacobi` and `Lookahead`.
 """
 
+from typing import no_type_check
+
 import torch
 from einops import repeat
 
@@ -12,6 +14,7 @@ from mtdecode.session import Session
 from mtdecode.tensor_types import Float, Int, Tensor
 
 
+@no_type_check  # plain ints and lists, per row per step (see `mtdecode.tensor_types`)
 def lookup(tokens: list[int], ngram: int, k: int) -> list[int]:
     """Prompt lookup's step 1: up to k tokens that followed the most recent earlier occurrence of the last n tokens,
     for n = ngram, ngram - 1, ..., 1 (the first n with a match wins); [] if none matches."""

@@ -33,7 +33,8 @@ more than such a function (`Session.batch`, `Session.done`, `Session.generated`,
 `Session.new_tokens`, `KVCache.columns`, `KVCache.pending`, `CausalLM.vocab_size`,
 `CausalLM.max_length`, `DraftCosts.t`, `DraftLength.catch_up`, the `Step` record, and the small
 helpers beside them; those marked last made nearly half of the checked calls in a profile of the
-batch, speculative and EAGLE tests). Functions that take or return tensors stay checked.
+batch, speculative and EAGLE tests; lookahead's `NgramPool` and prompt lookup's `lookup` made 300,000
+of 1.1 million in a profile of four sampling and half-precision tests). Functions that take or return tensors stay checked.
 """
 
 from jaxtyping import Bool, Float, Int

@@ -6,10 +6,12 @@ examples; `hosts` (12 examples) is what `make test-hosts` runs under every kerne
 with `MTDECODE_HYPOTHESIS_PROFILE=thorough make test`.
 """
 
+import contextlib
 import os
 import tempfile
 
 import beartype  # noqa: F401
+import jaxtyping
 import pytest
 import torch
 import transformers.modeling_utils  # noqa: F401
@@ -92,3 +94,23 @@ def one_thread():
         torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def types_unchecked():
+    """jaxtyping's type checks off inside the block (its pytest plugin has them on everywhere else). For work whose
+    types other tests check already: a check costs tens of microseconds a call, and a tiny model's forward
+    makes dozens of checked calls, so checks take about two thirds of a tiny model's decoding time."""
+    checking = not jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", not checking)
+
+
+@pytest.fixture
+def unchecked():
+    """`types_unchecked` for a whole test."""
+    with types_unchecked():
+        yield

@@ -18,7 +18,6 @@
 import functools
 import importlib
 
-import jaxtyping
 import pytest
 import torch
 from hypothesis import given, settings
@@ -33,6 +32,8 @@ from mtdecode.testing.distribution import block_cells, exact_joint
 from mtdecode.testing.models import perturbed
 from mtdecode.testing.stats import chi_square_test
 from mtdecode.zoo.eagle import EagleHead
+
+from conftest import types_unchecked
 
 VOCAB = 16  # small, so that greedy text repeats and guesses are accepted
 FAMILIES = ["llama", "qwen2", "mistral"]
@@ -89,12 +90,8 @@ def greedy_alone(family: str, prompt: tuple[int, ...]) -> list[int]:
     """The prompt alone, decoded greedily for `LONGEST` tokens with no EOS: made once per prompt, as the tests of
     every strategy draw the same batches. The reference runs with the type checks off: `Autoregressive` is
     checked where it is tested, and checking its every forward again here doubled the reference's time."""
-    checking = not jaxtyping.config.jaxtyping_disable
-    jaxtyping.config.update("jaxtyping_disable", True)
-    try:
+    with types_unchecked():
         return greedy_tokens(target(family), prompt, LONGEST)
-    finally:
-        jaxtyping.config.update("jaxtyping_disable", not checking)
 
 
 def expected_greedy(family: str, prompt: list[int], budget: int, eos: int | None) -> list[int]:

@@ -50,6 +50,7 @@ the pool's candidates because none paid (`candidate_choice`).
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import no_type_check
 
 import torch
 from einops import rearrange, repeat
@@ -130,6 +131,7 @@ class Lookahead:
             window.slide(new_row)  # step 5
 
 
+@no_type_check  # plain ints and lists, one pool per row, called per row per step (see `mtdecode.tensor_types`)
 class NgramPool:
     """n-grams keyed by their first token; at most `per_key` continuations per key, least recently used dropped."""
 
