@@ -34,7 +34,9 @@ more than such a function (`Session.batch`, `Session.done`, `Session.generated`,
 `CausalLM.max_length`, `DraftCosts.t`, `DraftLength.catch_up`, the `Step` record, and the small
 helpers beside them; those marked last made nearly half of the checked calls in a profile of the
 batch, speculative and EAGLE tests; lookahead's `NgramPool` and prompt lookup's `lookup` made 300,000
-of 1.1 million in a profile of four sampling and half-precision tests). Functions that take or return tensors stay checked.
+of 1.1 million in a profile of four sampling and half-precision tests). Functions that take or return
+tensors stay checked. The tests switch the checks off only where other tests check the same types
+(`types_unchecked` in tests/conftest.py: the family matrix, a greedy reference).
 """
 
 from jaxtyping import Bool, Float, Int
