@@ -27,7 +27,10 @@ greedy's priced alike: a figure without the host's scatter, which leaves out EAG
 step's bookkeeping), the milliseconds per target forward that the last run spent outside the forwards ("beside":
 that bookkeeping, and EAGLE's head), tokens per row forward, rows identical to batched greedy's, what the
 strategy chose (`result.stats.choices`), and, where a strategy lands below 0.97x, the measurement that limits it:
-the cost beside the forwards where the forwards alone reach 0.97x, else t(B, n) against the rows' acceptance.
+the forwards' time in the run (the host's scatter, or forwards under a tree or lookahead mask dearer than t(B, n)
+says) where the forwards priced by t(B, n) and the time measured beside them together predict 0.97x or more against
+greedy's alike ("predicted", in the JSON), else the cost beside the forwards where the forwards alone reach 0.97x,
+else t(B, n) against the rows' acceptance.
 
     python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 2 4 8 16 32]
                                           [--sets mixed code] [--strategies eagle ...] [--paired]
@@ -136,6 +139,12 @@ def beside_forwards(seconds: float, fed: list) -> float:
     return 1000 * (seconds - sum(spent for *_, spent in fed)) / max(steps, 1)
 
 
+def predicted_seconds(seconds: float, fed: list, models: dict) -> float:
+    """The run's time with its forwards priced by the measured t(B, n) (`modelled_seconds`) and the time it spent
+    beside them as measured: what the host's scatter does to the forwards, the bulk of a run, is left out."""
+    return modelled_seconds(fed, models) + seconds - sum(spent for *_, spent in fed)
+
+
 def theirs(model, groups, new_tokens, eos):
     """transformers' generate on each group of left-padded prompts: each row's tokens up to EOS."""
     rows = []
@@ -157,7 +166,8 @@ def race(runners: dict, rounds: int, label: str, paired: bool = False, models: d
     and work (its tokens and forward shapes, for `fastest_ratio`). With `paired`, each other runner's run is paired
     with a greedy run beside it, and its pairs' ratios and greedy speeds are kept."""
     totals = {name: {"seconds": 0.0, "tokens": 0, "rows": None, "stats": None, "pairs": [], "modelled": None,
-                     "beside": None, "speeds": [], "beside_greedy": [], "work": set()} for name in runners}  # fmt: skip
+                     "beside": None, "predicted": None, "speeds": [], "beside_greedy": [], "work": set()}
+              for name in runners}  # fmt: skip
     names = list(runners)
 
     def run(name: str) -> float:
@@ -171,6 +181,7 @@ def race(runners: dict, rounds: int, label: str, paired: bool = False, models: d
         totals[name]["rows"], totals[name]["stats"] = rows, stats
         totals[name]["modelled"] = modelled_seconds(fed, models) if fed else None
         totals[name]["beside"] = beside_forwards(seconds, fed) if fed else None
+        totals[name]["predicted"] = predicted_seconds(seconds, fed, models) if fed else None
         totals[name]["speeds"].append(speed)
         # the run's work: its tokens and its forwards' shapes (transformers' generate records no forward here)
         totals[name]["work"].add((tuple(map(tuple, rows)), tuple((who, b, n) for who, b, n, _ in fed)))
@@ -223,11 +234,29 @@ def beam_depth_line(model, draft, width: int, batch: int) -> str:
     return f"MTAD's depth of {width} beams: {depth:.2f} t(1, 1), of which the draft's forward alone {forward:.2f}"
 
 
-def limit(strategy, stats, model, draft, batch: int, modelled: float | None, beside: tuple[float, float]) -> str:
-    """The measurement that keeps a strategy below the floor. Where its forwards alone, priced by t(B, n), reach the
-    floor (`modelled`), what the steps spend beside them (`beside`: this run's and greedy's milliseconds per target
-    forward); else what one more verified token (and a draft forward, for MTAD a depth of its beams) costs at this
-    batch, against the acceptance the rows showed."""
+def limit(
+    strategy,
+    stats,
+    model,
+    draft,
+    batch: int,
+    modelled: float | None,
+    beside: tuple[float, float],
+    predicted: float | None = None,
+) -> str:
+    """The measurement that keeps a strategy below the floor. Where its forwards priced by t(B, n) together with
+    the time its steps spent beside them reach the floor against greedy's alike (`predicted`), its forwards' time in
+    this run: the host's scatter, or a forward under its masks dearer than the causal ones t(B, n) was measured with;
+    else, where its forwards alone reach the floor (`modelled`), what the
+    steps spend beside them (`beside`: this run's and greedy's milliseconds per target forward); else what one more
+    verified token (and a draft forward, for MTAD a depth of its beams) costs at this batch, against the acceptance
+    the rows showed."""
+    if predicted is not None and predicted >= FLOOR:
+        return (
+            f"its forwards' time in this run, not their number or shapes: priced by t({batch}, n), they and the time "
+            f"its steps spent beside them ({beside[0]:.1f} ms per target forward, greedy's {beside[1]:.1f}) predict "
+            f"{predicted:.2f}x (the host's scatter, or forwards under its masks dearer than t({batch}, n) says)"
+        )
     if modelled is not None and modelled >= FLOOR:
         return (
             f"limited by the steps' cost beside the forwards: their forwards alone model {modelled:.2f}x, and the run "
@@ -286,6 +315,7 @@ def main() -> None:
             t = race(runners, args.rounds, f"batch {batch}, {set_name}", args.paired, models)
             base = t["greedy"]["tokens"] / t["greedy"]["seconds"]
             base_modelled = sum(map(len, t["greedy"]["rows"])) / t["greedy"]["modelled"]
+            base_predicted = sum(map(len, t["greedy"]["rows"])) / t["greedy"]["predicted"]
             print(f"\n== batch {batch}, {set_name} prompts: {cost_line(model, batch)}")
             if "mtad" in made:
                 print(f"   {beam_depth_line(model, draft, made['mtad'].beam_width, batch)}")
@@ -296,8 +326,10 @@ def main() -> None:
             )
             for name, v in t.items():
                 speed = v["tokens"] / v["seconds"]
-                modelled = None if v["modelled"] is None else sum(map(len, v["rows"])) / v["modelled"] / base_modelled
+                tokens = sum(map(len, v["rows"]))
+                modelled = None if v["modelled"] is None else tokens / v["modelled"] / base_modelled
                 shown = "" if modelled is None else f"{modelled:.2f}x"
+                predicted = None if v["predicted"] is None else tokens / v["predicted"] / base_predicted
                 beside = "" if v["beside"] is None else f"{v['beside']:.1f}"
                 same = sum(a == b for a, b in zip(v["rows"], t["greedy"]["rows"], strict=True))
                 stats = v["stats"]
@@ -314,11 +346,13 @@ def main() -> None:
                     print(f"  {'':14} its runs did different work (tokens or forwards): the fastest run is no estimate")
                 if name in made and fastest < FLOOR:
                     spent = (v["beside"], t["greedy"]["beside"])
-                    print(f"  {'':14} below {FLOOR}x: {limit(made[name], stats, model, draft, batch, modelled, spent)}")
+                    why = limit(made[name], stats, model, draft, batch, modelled, spent, predicted)
+                    print(f"  {'':14} below {FLOOR}x: {why}")
                 figures.append({
                     "batch": batch, "prompts": set_name, "rows": len(v["rows"]), "runner": name,
                     "tokens_per_second": speed,
                     "vs_greedy": speed / base, "identical_rows": same, "paired_ratios": pairs, "modelled": modelled,
+                    "predicted": predicted,
                     "fastest_ratio": fastest, "same_work_every_run": len(v["work"]) == 1,
                     "ms_beside_forwards": v["beside"],
                     "tokens_per_forward": None if stats is None else stats.tokens_per_forward,
