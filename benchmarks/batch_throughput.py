@@ -139,10 +139,11 @@ def beside_forwards(seconds: float, fed: list) -> float:
     return 1000 * (seconds - sum(spent for *_, spent in fed)) / max(steps, 1)
 
 
-def predicted_seconds(seconds: float, fed: list, models: dict) -> float:
-    """The run's time with its forwards priced by the measured t(B, n) (`modelled_seconds`) and the time it spent
-    beside them as measured: what the host's scatter does to the forwards, the bulk of a run, is left out."""
-    return modelled_seconds(fed, models) + seconds - sum(spent for *_, spent in fed)
+def predicted_seconds(modelled: float, seconds: float, fed: list) -> float:
+    """The run's time with its forwards priced by the measured t(B, n) (`modelled`, from `modelled_seconds`) and the
+    time it spent beside them as measured: what the host's scatter does to the forwards, the bulk of a run, is left
+    out."""
+    return modelled + seconds - sum(spent for *_, spent in fed)
 
 
 def theirs(model, groups, new_tokens, eos):
@@ -181,7 +182,7 @@ def race(runners: dict, rounds: int, label: str, paired: bool = False, models: d
         totals[name]["rows"], totals[name]["stats"] = rows, stats
         totals[name]["modelled"] = modelled_seconds(fed, models) if fed else None
         totals[name]["beside"] = beside_forwards(seconds, fed) if fed else None
-        totals[name]["predicted"] = predicted_seconds(seconds, fed, models) if fed else None
+        totals[name]["predicted"] = predicted_seconds(totals[name]["modelled"], seconds, fed) if fed else None
         totals[name]["speeds"].append(speed)
         # the run's work: its tokens and its forwards' shapes (transformers' generate records no forward here)
         totals[name]["work"].add((tuple(map(tuple, rows)), tuple((who, b, n) for who, b, n, _ in fed)))
@@ -247,10 +248,9 @@ def limit(
     """The measurement that keeps a strategy below the floor. Where its forwards priced by t(B, n) together with
     the time its steps spent beside them reach the floor against greedy's alike (`predicted`), its forwards' time in
     this run: the host's scatter, or a forward under its masks dearer than the causal ones t(B, n) was measured with;
-    else, where its forwards alone reach the floor (`modelled`), what the
-    steps spend beside them (`beside`: this run's and greedy's milliseconds per target forward); else what one more
-    verified token (and a draft forward, for MTAD a depth of its beams) costs at this batch, against the acceptance
-    the rows showed."""
+    else, where its forwards alone reach the floor (`modelled`), what the steps spend beside them (`beside`: this
+    run's and greedy's milliseconds per target forward); else what one more verified token (and a draft forward, for
+    MTAD a depth of its beams) costs at this batch, against the acceptance the rows showed."""
     if predicted is not None and predicted >= FLOOR:
         return (
             f"its forwards' time in this run, not their number or shapes: priced by t({batch}, n), they and the time "
