@@ -32,6 +32,11 @@ says) where the forwards priced by t(B, n) and the time measured beside them tog
 greedy's alike ("predicted", in the JSON), else the cost beside the forwards where the forwards alone reach 0.97x,
 else t(B, n) against the rows' acceptance.
 
+A cell's median of a few pairs still moves by several points on a shared host. So with `--paired` the run ends by
+pooling, per strategy, the pairs of every cell where its runs fed greedy's very forwards (its rule decoded greedily
+there; for transformers' `generate`, every cell): the geometric mean of those ratios, with a 95% interval, is what
+its steps cost beyond greedy's with the scatter averaged out, and says whether that reaches the floor.
+
     python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 2 4 8 16 32]
                                           [--sets mixed code] [--strategies eagle ...] [--paired]
                                           [--least-prompts 4] [--json build/batch.json]
@@ -40,6 +45,7 @@ else t(B, n) against the rows' acceptance.
 import argparse
 import contextlib
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -56,6 +62,8 @@ from mtdecode.strategies import MTAD, REGISTRY, Autoregressive, needs_draft
 
 #: the ratio to batched greedy that every strategy's default must reach (the issue on batch goodput)
 FLOOR = 0.97
+#: the ratio of batched greedy to transformers' batched greedy that must be kept
+TRANSFORMERS_FLOOR = 0.95
 
 
 def prompt_set(tokenizer, name: str, count: int) -> list[list[int]]:
@@ -207,6 +215,44 @@ def fastest_ratio(totals: dict, name: str) -> float:
     return max(totals[name]["speeds"]) / max(greedy)
 
 
+def greedy_forwards(totals: dict, name: str) -> bool:
+    """Whether every run of the runner fed exactly the target forwards of batched greedy's runs, and nothing else:
+    its rule decoded greedily throughout (transformers' `generate` records no forward here, so it never counts)."""
+    shapes = {forwards for _, forwards in totals[name]["work"]}
+    return len(shapes) == 1 and bool(next(iter(shapes))) and shapes == {f for _, f in totals["greedy"]["work"]}
+
+
+def pooled(figures: list[dict]) -> list[str]:
+    """Per runner, the paired ratios pooled over the cells where it fed greedy's very forwards (`greedy_forwards`;
+    transformers' `generate`: every cell, the same work): their geometric mean and its 95% interval (normal, over
+    the ratios' logarithms, each pair taken as an independent draw of the host's scatter), with what that says of
+    the floor (for transformers, of batched greedy's `TRANSFORMERS_FLOOR` against it)."""
+    logs: dict[str, tuple[list[float], set]] = {}
+    for figure in figures:
+        if figure["paired_ratios"] and (figure["runner"] == "transformers" or figure["greedy_forwards"]):
+            values, cells = logs.setdefault(figure["runner"], ([], set()))
+            values += [math.log(r) for r in figure["paired_ratios"]]
+            cells.add((figure["batch"], figure["prompts"]))
+    lines = []
+    for runner, (values, cells) in logs.items():
+        if len(values) < 2:
+            continue
+        mean, half = statistics.fmean(values), 1.96 * statistics.stdev(values) / math.sqrt(len(values))
+        low, high = math.exp(mean - half), math.exp(mean + half)
+        if runner == "transformers":  # greedy / transformers = 1 / this ratio
+            low, high = 1 / high, 1 / low
+            floor = TRANSFORMERS_FLOOR
+            what = f"batched greedy {1 / math.exp(mean):.3f}x of it, 95%: {low:.3f}-{high:.3f}"
+        else:
+            floor, what = FLOOR, f"95%: {low:.3f}-{high:.3f}"
+        verdict = "at the floor or above" if low >= floor else "below the floor" if high < floor else "cannot tell"
+        lines.append(
+            f"  {runner:14} {math.exp(mean):.3f}x ({what}) over {len(values)} pairs in {len(cells)} cells: "
+            f"{verdict} ({floor}x)"
+        )
+    return lines
+
+
 def strategies(draft, only: list[str] | None = None) -> dict:
     """Every strategy of the registry (or those named in `only`) with its defaults (batched greedy is the
     baseline)."""
@@ -354,10 +400,14 @@ def main() -> None:
                     "vs_greedy": speed / base, "identical_rows": same, "paired_ratios": pairs, "modelled": modelled,
                     "predicted": predicted,
                     "fastest_ratio": fastest, "same_work_every_run": len(v["work"]) == 1,
+                    "greedy_forwards": name in made and greedy_forwards(t, name),
                     "ms_beside_forwards": v["beside"],
                     "tokens_per_forward": None if stats is None else stats.tokens_per_forward,
                     "choices": [f"{c.strategy}: {c.setting}: {c.reason}" for c in (stats.choices if stats else ())],
                 })  # fmt: skip
+    if args.paired:
+        print("\n== pooled pairs where a runner fed greedy's very forwards, against batched greedy:")
+        print("\n".join(pooled(figures)))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=1))

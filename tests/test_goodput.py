@@ -10,7 +10,8 @@
   length, where shorter).
 - Steep batch costs stop the guessing: a batch whose guesses cannot pay decodes at greedy cost after at most
   two tries, where flat costs draft in most steps; rows rejoin when the chances rise again.
-- The costs: t(B, n) is kept per number of rows, and other numbers of rows are interpolated; the EAGLE head's
+- The costs: t(B, n) is kept per number of rows, and other numbers of rows are interpolated; a measurement taken
+  in a busy moment is taken again and the quietest kept; the EAGLE head's
   reading of features is measured once per number of rows and kept.
 - EAGLE's first tree is a try: the head reads the prompts only if a try pays for that read; a tree that no row
   verifies starts a rest at once. The rows share their calibration, each scaled by its own record; a try after
@@ -285,6 +286,32 @@ def test_one_measurement_per_number_of_rows(tmp_path, monkeypatch):
     assert sorted(one) == list(tuning.SIZES) and sorted(two) == tuning.measured_sizes(2)
     kept = sorted(path.read_text().count('"rows": 2') for path in tmp_path.glob("forward-*.json"))
     assert kept == [0, 1]
+
+
+def test_costs_measured_in_a_busy_moment_are_measured_again_and_the_quietest_kept(tmp_path, monkeypatch):
+    """A measurement whose mean scatter exceeds `QUIET` is taken again, up to `QUIET_TRIES` times, and the one with
+    the least scatter is kept whole; a quiet first one is kept at once; what is kept on disk is the chosen one."""
+
+    def calls(*scatters):  # fake `_measure` results: seconds marking which call it was, and its scatter
+        made = iter([({1: 1.0 + i, 2: 1.1 + i}, {1: s, 2: s}) for i, s in enumerate(scatters)])
+        taken = []
+        return (lambda: taken.append(1) or next(made)), taken
+
+    busy, taken = calls(0.2, 0.04, 0.01)
+    assert tuning.quietest(busy) == ({1: 2.0, 2: 2.1}, {1: 0.04, 2: 0.04}) and len(taken) == 2
+    always_busy, taken = calls(0.3, 0.1, 0.2)
+    assert tuning.quietest(always_busy) == ({1: 2.0, 2: 2.1}, {1: 0.1, 2: 0.1}) and len(taken) == tuning.QUIET_TRIES
+    quiet, taken = calls(0.01, 0.0)
+    assert tuning.quietest(quiet)[1] == {1: 0.01, 2: 0.01} and len(taken) == 1
+
+    monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
+    monkeypatch.delenv("MTDECODE_COSTS", raising=False)
+    busy, taken = calls(0.5, 0.02)
+    monkeypatch.setattr(tuning, "_measure", lambda *_: busy())
+    model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=5, layers=1, hidden=16))
+    assert tuning.forward_costs(model, rows=2) == {1: 2.0, 2: 2.1} and tuning.scatter(model, rows=2)[1] == 0.02
+    tuning._COSTS.clear()  # read back from disk
+    assert tuning.forward_costs(model, rows=2) == {1: 2.0, 2: 2.1} and len(taken) == 2
 
 
 def test_a_resting_batch_leaves_the_head_idle_and_catches_it_up(monkeypatch):
