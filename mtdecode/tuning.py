@@ -76,7 +76,8 @@ MOST_TOKENS = 1024
 
 #: a measurement of the forward costs whose mean scatter over the sizes exceeds `QUIET` is taken again, up to
 #: `QUIET_TRIES` times in all, and the quietest kept (`quietest`): on the 2-core AMD EPYC host, t(2, 1) measured in a
-#: busy minute scattered by 21%, which set a margin of 0.28 at 2 and 4 rows and kept every 4-row batch from guessing
+#: busy minute scattered by 21%, which set margins of 0.36 at 2 rows and 0.28 at 4 and kept every 4-row batch from
+#: guessing (0.12 at both, measured this way)
 QUIET, QUIET_TRIES = 0.05, 3
 
 #: model -> device -> (fastest seconds per size, scatter per size), as read from `mtdecode.store`
