@@ -289,8 +289,9 @@ def test_one_measurement_per_number_of_rows(tmp_path, monkeypatch):
 
 
 def test_costs_measured_in_a_busy_moment_are_measured_again_and_the_quietest_kept(tmp_path, monkeypatch):
-    """A measurement whose mean scatter exceeds `QUIET` is taken again, up to `QUIET_TRIES` times, and the one with
-    the least scatter is kept whole; a quiet first one is kept at once; what is kept on disk is the chosen one."""
+    """A measurement whose mean scatter exceeds `QUIET` is taken again, up to `QUIET_TRIES` measurements in all, and
+    the one with the least scatter is kept whole; a quiet first one is kept at once; what is kept on disk is the
+    chosen one."""
 
     def calls(*scatters):  # fake `_measure` results: seconds marking which call it was, and its scatter
         made = iter([({1: 1.0 + i, 2: 1.1 + i}, {1: s, 2: s}) for i, s in enumerate(scatters)])
