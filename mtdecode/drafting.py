@@ -330,12 +330,10 @@ class DraftLength:
             added += self.setup if i == 0 else 0.0
             gain = torch.where(self.going, self.survive * a, 0.0)  # each row's expected extra tokens from guess i + 1
             spent = self.costs.step(i) + (self.setup if i > 0 else 0.0)
-            device = self.expected.device
-            now = self.finish(self.expected[:, None], torch.tensor([spent], dtype=torch.float64, device=device))
-            more = self.finish(
-                (self.expected + gain)[:, None], torch.tensor([spent + added], dtype=torch.float64, device=device)
-            )
-            pays = bool(more < now * (1 - self.margin)) and (i == 0 or not bool(self.probing.any()))
+            both = torch.stack([self.expected, self.expected + gain], dim=1)  # (batch, 2): without and with it
+            costs = torch.tensor([spent, spent + added], dtype=torch.float64, device=both.device)
+            now, more = self.finish(both, costs).tolist()
+            pays = more < now * (1 - self.margin) and (i == 0 or not bool(self.probing.any()))
             return torch.full_like(self.going, pays)
         if i == 0:  # the first guess also pays for the row's catch-up
             added = added + self.setup
@@ -625,7 +623,7 @@ class DraftLength:
         if not bool(drew.any()):  # a step at rest: a plain token per row, no try, nothing to calibrate
             self.rested += 1
             self.gained += 1
-            self.spent += self.step_costs([0]).to(self.spent) + extra_cost
+            self.spent += self.costs.step(0) + extra_cost
             return
         self.patience = torch.where(
             self.probing & drew, torch.where(accepted > 0, PATIENCE, 2 * self.patience), self.patience

@@ -340,6 +340,25 @@ def test_a_resting_batch_leaves_the_head_idle_and_catches_it_up(monkeypatch):
     assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 60) for p in prompts]
 
 
+def test_a_resting_heads_backlog_keeps_each_rows_features_in_order_until_read():
+    """`eagle.Backlog`: the features of the steps a resting head missed, row by row, joined in the order of the steps
+    once the head reads them (a wrong order or a lost piece leaves the output exact, only the head's guesses worse, so
+    the parity tests would not see it); the sizes it reports are what the rule weighs the reading by."""
+    from mtdecode.strategies.eagle import Backlog
+
+    unread = Backlog(2)
+    assert not unread.waiting and unread.sizes == [0, 0]
+    prompts = [torch.full((3, 2), 1.0), torch.full((1, 2), 2.0)]  # the first step: each row's prompt
+    unread.add(prompts)
+    unread.add([torch.full((1, 2), 3.0), torch.full((1, 2), 4.0)])  # a rest: one token per row
+    assert unread.waiting and unread.sizes == [4, 2]
+    rows = unread.take()
+    assert [row[:, 0].tolist() for row in rows] == [[1.0, 1.0, 1.0, 3.0], [2.0, 4.0]]
+    assert not unread.waiting and unread.sizes == [0, 0]
+    unread.add([torch.full((2, 2), 5.0), torch.full((1, 2), 6.0)])  # a tree no row verified: one piece alone
+    assert [row[:, 0].tolist() for row in unread.take()] == [[5.0, 5.0], [6.0]]
+
+
 def test_a_tree_that_no_row_verifies_starts_the_rest_at_once(monkeypatch):
     """EAGLE under the batch rule: after a step whose tree no row verified, the head does not read that step's
     features; it reads them with the next ones, if and when the batch drafts again. So a read never comes between

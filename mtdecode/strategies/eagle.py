@@ -143,26 +143,26 @@ class Eagle:
         if size is not None:
             s.record_choice(lambda: tree_choice(size, depth_cost, s.steps))  # for `Stats.choices`
         record = CopyRecord(s.batch) if self.lookup else None
-        steps, unread = rest_step(s, head)  # the first step: a plain forward over the prompts, read when drafting
+        unread = Backlog(s.batch)  # the target's features that the head has not read yet
+        steps, fresh = rest_step(s, head)  # the first step: a plain forward over the prompts, read when drafting
+        unread.add(fresh)
         yield steps
         root = None  # each row's head prediction for its newest position, once the head has read its features
         while not s.done:
             copy = None if record is None else find_copies(s, self.lookup, self.ngram, record)  # step 1, the copy
-            widest = 0 if unread is None else max(len(row) for row in unread)
             resting = size is not None and size.idle(
-                *copy_alone(copy, s.active), reading=reading_cost(size, read_cost, widest), extra=depth_cost
+                *copy_alone(copy, s.active), reading=reading_cost(size, read_cost, max(unread.sizes)), extra=depth_cost
             )  # the batch rule: nothing would pay for the head's work
             if resting:
                 playing = s.active
                 steps, fresh = rest_step(s, head)  # a plain step; the head reads its features when drafting resumes
                 size.rest(playing)
-                unread = fresh if unread is None else [torch.cat(pair) for pair in zip(unread, fresh, strict=True)]
+                unread.add(fresh)
                 yield steps
                 continue
-            if unread is not None:  # the head catches up on the steps it rested, in one forward
-                root = read_features(s, head, unread, root)
+            if unread.waiting:  # the head catches up on the steps it rested, in one forward
+                root = read_features(s, head, unread.take(), root)
                 s.resting.discard(id(head))
-                unread = None
             tree = grow_tree(s, head, root, self.depth, self.width, size, depth_cost, copy)  # step 1
             if copy is not None:
                 tree = graft(tree, copy)
@@ -181,7 +181,7 @@ class Eagle:
             fresh = [fresh[b, : int(a) + 1] for b, a in enumerate(verdict.accepted)]
             if size is not None and size.together and not bool(n.any()):  # no row verified a node: rest from here
                 s.resting.add(id(head))
-                unread = fresh
+                unread.add(fresh)
             else:
                 root = read_features(s, head, fresh, root)
             yield steps
@@ -362,11 +362,40 @@ def copy_alone(
 def plain_step(s: Session) -> tuple[list[Step], list[Float[Tensor, "_fed hidden"]]]:
     """A step with no tree: one target forward over each row's unread tokens (the prompt at first, then x0), its
     token (`plain_token`), and, row by row, the target's features at the tokens it fed."""
-    fed = [len(row) for row in s.unread(s.target)]
-    logits, features = s.target.extend_features(s.unread(s.target), logits_to_keep=1)
+    unread = s.unread(s.target)
+    fed = [len(row) for row in unread]
+    logits, features = s.target.extend_features(unread, logits_to_keep=1)
     s.target.cache.commit()
     width = features.shape[1]  # left padded: row b's real tokens are its last fed[b]
     return s.commit(plain_token(s, logits[:, -1]), 1), [features[b, width - n :] for b, n in enumerate(fed)]
+
+
+class Backlog:
+    """The target's features at the tokens that the head has not read yet, row by row (what `rest_step`s returned,
+    in order), until `read_features` reads them. Each step's piece is kept apart and the pieces are joined once, when
+    they are read: joining them every step would copy each row's whole backlog, its prompt's features included, at
+    every step of a rest."""
+
+    def __init__(self, batch: int) -> None:
+        self.pieces: list[list[Float[Tensor, "_fed hidden"]]] = [[] for _ in range(batch)]
+        self.sizes = [0] * batch  # entries per row
+
+    @property
+    def waiting(self) -> bool:
+        """Whether any step's features wait to be read."""
+        return any(self.pieces)
+
+    def add(self, fresh: Sequence[Float[Tensor, "_fed hidden"]]) -> None:
+        """Queue a step's features, row b's `fresh[b]`."""
+        for b, piece in enumerate(fresh):
+            self.pieces[b].append(piece)
+            self.sizes[b] += len(piece)
+
+    def take(self) -> list[Float[Tensor, "_unread hidden"]]:
+        """Each row's waiting features, joined in order; the backlog is then empty."""
+        rows = [torch.cat(pieces) if len(pieces) > 1 else pieces[0] for pieces in self.pieces]
+        self.pieces, self.sizes = [[] for _ in rows], [0] * len(rows)
+        return rows
 
 
 def rest_step(s: Session, head: HeadRunner) -> tuple[list[Step], list[Float[Tensor, "_fed hidden"]]]:
