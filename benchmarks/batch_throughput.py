@@ -39,7 +39,8 @@ its steps cost beyond greedy's with the scatter averaged out, and says whether t
 interval straddles the floor, the pairs are split in two: the forwards alone (the same work in both runs of a pair,
 so their ratio shows the host's scatter), and each run with its forwards timed as its greedy partner's same forwards
 were, which leaves what its steps spend beside them; when the first holds 1, the second, free of the forwards'
-scatter, decides.
+scatter, decides. Last, every exact strategy raced at 4 rows of the code prompts is judged against 1.2x batched greedy
+on its pairs' interval, with the measurement that limits each one below it (`goal`).
 
     python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 2 4 8 16 32]
                                           [--sets mixed code] [--strategies eagle ...] [--paired]
