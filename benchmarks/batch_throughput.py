@@ -40,7 +40,8 @@ interval straddles the floor, the pairs are split in two: the forwards alone (th
 so their ratio shows the host's scatter), and each run with its forwards timed as its greedy partner's same forwards
 were, which leaves what its steps spend beside them; when the first holds 1, the second, free of the forwards'
 scatter, decides. Last, every exact strategy raced at 4 rows of the code prompts is judged against 1.2x batched greedy
-on its pairs' interval, with the measurement that limits each one below it (`goal`).
+on its pairs' interval, with the measurement that limits each one below it (`goal`), beside the share of greedy's run
+that the prompts' forward takes, which no strategy shortens: what 1.2x then asks of the steps after it.
 
     python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 2 4 8 16 32]
                                           [--sets mixed code] [--strategies eagle ...] [--paired]
@@ -183,7 +184,7 @@ def race(runners: dict, rounds: int, label: str, paired: bool = False, models: d
     with a greedy run beside it, and its pairs' ratios and greedy speeds are kept."""
     totals = {name: {"seconds": 0.0, "tokens": 0, "rows": None, "stats": None, "pairs": [], "modelled": None,
                      "beside": None, "predicted": None, "speeds": [], "beside_greedy": [], "work": set(),
-                     "timed": None, "pair_times": []}
+                     "timed": None, "pair_times": [], "prompt_shares": []}
               for name in runners}  # fmt: skip
     names = list(runners)
 
@@ -202,6 +203,9 @@ def race(runners: dict, rounds: int, label: str, paired: bool = False, models: d
         totals[name]["speeds"].append(speed)
         # the run's seconds, its forwards' seconds, and its target forwards
         totals[name]["timed"] = (seconds, sum(spent for *_, spent in fed), sum(who == "target" for who, *_ in fed))
+        if name == "greedy":  # its only forwards over more than one token per row are the prompts'
+            prompts = sum(spent for who, _, tokens, spent in fed if who == "target" and tokens > 1)
+            totals[name]["prompt_shares"].append(prompts / seconds)
         # the run's work: its tokens and its forwards' shapes (transformers' generate records no forward here)
         totals[name]["work"].add((tuple(map(tuple, rows)), tuple((who, b, n) for who, b, n, _ in fed)))
         return speed
@@ -300,6 +304,13 @@ def against(low: float, high: float, floor: float) -> str:
     return f"{verdict} ({floor}x)"
 
 
+def after_prompts(ratio: float, share: float) -> str:
+    """The ratio to greedy's steps after the prompts' forward that makes a whole run `ratio` times greedy's, that
+    forward being `share` of greedy's run and taking as long in both: (1 - share) / (1 / ratio - share)."""
+    left = 1 / ratio - share
+    return f"{(1 - share) / left:.2f}x" if left > 0 else "more than any speed"
+
+
 def goal(figures: list[dict], made: dict) -> list[str]:
     """The issue's goal at `GOAL_BATCH` rows of the `GOAL_PROMPTS` prompts: each exact strategy raced there, best first,
     with its ratio to batched greedy (the geometric mean of its pairs and their 95% interval, `interval`, where the run
@@ -308,14 +319,19 @@ def goal(figures: list[dict], made: dict) -> list[str]:
     forwards alone, priced by t(B, n), model less than the goal, t(B, n) against the acceptance per row (its tokens
     per row forward); else what its steps spend beside the forwards, or the host's scatter where those too predict
     the goal."""
-    cell = [f for f in figures if (f["batch"], f["prompts"]) == (GOAL_BATCH, GOAL_PROMPTS) and f["runner"] in made]
-    exact = [f for f in cell if getattr(type(made[f["runner"]]), "exact", True)]
+    here = [f for f in figures if (f["batch"], f["prompts"]) == (GOAL_BATCH, GOAL_PROMPTS)]
+    exact = [f for f in here if f["runner"] in made and getattr(type(made[f["runner"]]), "exact", True)]
 
     def spread(f: dict) -> tuple[float, float | None, float | None]:
         pairs = f["paired_ratios"]
         return interval([math.log(r) for r in pairs]) if len(pairs) > 1 else (f["vs_greedy"], None, None)
 
+    greedy = next((f for f in here if f["runner"] == "greedy"), None)
+    share = None if greedy is None else greedy["prompt_share"]
     lines = []
+    if share is not None and exact:  # a forward that no strategy shortens bounds every ratio
+        lines.append(f"  the prompts' forward, about alike in every run, is {share:.0%} of batched greedy's run here: "
+                     f"{GOAL}x asks {after_prompts(GOAL, share)} of the steps after it")  # fmt: skip
     for f in sorted(exact, key=lambda f: spread(f)[0], reverse=True):
         mean, low, high = spread(f)
         if low is None:
@@ -325,17 +341,20 @@ def goal(figures: list[dict], made: dict) -> list[str]:
             verdict = against(low, high, GOAL)
             shown = f"{mean:.2f}x (95%: {low:.2f}-{high:.2f}, {len(f['paired_ratios'])} pairs)"
         t = f"t({GOAL_BATCH}, n)"
+        measurement = limiting(GOAL, f["modelled"], f["predicted"])
         if verdict.startswith("at or above"):
             why = ""
         elif f["greedy_forwards"]:
             why = "; decoded greedily: " + "; ".join(c.split(": ", 2)[-1] for c in f["choices"])  # the rule's reason
-        elif f["modelled"] is not None and f["modelled"] < GOAL:
+        elif measurement == "acceptance":
             why = (f"; {t} against the acceptance per row: its forwards alone, priced by {t}, model "
                    f"{f['modelled']:.2f}x at {f['tokens_per_forward']:.2f} tokens per row forward")  # fmt: skip
-        elif f["predicted"] is not None and f["predicted"] < GOAL:
+        elif measurement == "beside":
             why = f"; the steps' cost beside the forwards ({f['ms_beside_forwards']:.1f} ms per target forward)"
         else:
             why = f"; the host's scatter: priced by {t}, its forwards and the time beside predict {f['predicted']:.2f}x"
+        if why and share is not None:  # what its steps after the prompts' forward ran at, that forward taken as alike
+            why += f"; its steps after the prompts' forward at about {after_prompts(mean, share)}"
         lines.append(f"  {f['runner']:14} {shown}, {f['fastest_ratio']:.2f}x fastest: {verdict}{why}")
     return lines
 
@@ -368,6 +387,18 @@ def beam_depth_line(model, draft, width: int, batch: int) -> str:
     return f"MTAD's depth of {width} beams: {depth:.2f} t(1, 1), of which the draft's forward alone {forward:.2f}"
 
 
+def limiting(bar: float, modelled: float | None, predicted: float | None) -> str:
+    """Which measurement keeps a run below `bar` (the floor or the goal): "scatter" where its forwards priced by
+    t(B, n) and the time its steps spent beside them predict the bar (`predicted`), so only the forwards' time in the
+    run fell short; "beside" where its forwards alone model the bar (`modelled`), so the steps' cost beside them
+    did; else "acceptance": t(B, n) against the tokens the rows accepted per forward."""
+    if predicted is not None and predicted >= bar:
+        return "scatter"
+    if modelled is not None and modelled >= bar:
+        return "beside"
+    return "acceptance"
+
+
 def limit(
     strategy,
     stats,
@@ -383,14 +414,15 @@ def limit(
     this run: the host's scatter, or a forward under its masks dearer than the causal ones t(B, n) was measured with;
     else, where its forwards alone reach the floor (`modelled`), what the steps spend beside them (`beside`: this
     run's and greedy's milliseconds per target forward); else what one more verified token (and a draft forward, for
-    MTAD a depth of its beams) costs at this batch, against the acceptance the rows showed."""
-    if predicted is not None and predicted >= FLOOR:
+    MTAD a depth of its beams) costs at this batch, against the acceptance the rows showed (`limiting`)."""
+    measurement = limiting(FLOOR, modelled, predicted)
+    if measurement == "scatter":
         return (
             f"its forwards' time in this run, not their number or shapes: priced by t({batch}, n), they and the time "
             f"its steps spent beside them ({beside[0]:.1f} ms per target forward, greedy's {beside[1]:.1f}) predict "
             f"{predicted:.2f}x (the host's scatter, or forwards under its masks dearer than t({batch}, n) says)"
         )
-    if modelled is not None and modelled >= FLOOR:
+    if measurement == "beside":
         return (
             f"limited by the steps' cost beside the forwards: their forwards alone model {modelled:.2f}x, and the run "
             f"spent {beside[0]:.1f} ms per target forward outside them against greedy's {beside[1]:.1f} ms"
@@ -491,6 +523,7 @@ def main() -> None:
                     "greedy_forwards": name in made and greedy_forwards(t, name),
                     "ms_beside_forwards": v["beside"],
                     "tokens_per_forward": None if stats is None else stats.tokens_per_forward,
+                    "prompt_share": statistics.median(v["prompt_shares"]) if v["prompt_shares"] else None,
                     "choices": [f"{c.strategy}: {c.setting}: {c.reason}" for c in (stats.choices if stats else ())],
                 })  # fmt: skip
     if args.paired:
