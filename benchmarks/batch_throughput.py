@@ -318,7 +318,9 @@ def goal(figures: list[dict], made: dict) -> list[str]:
     measurement that limits it: where its rule decoded greedily, what the rule weighed (its choice); where its
     forwards alone, priced by t(B, n), model less than the goal, t(B, n) against the acceptance per row (its tokens
     per row forward); else what its steps spend beside the forwards, or the host's scatter where those too predict
-    the goal."""
+    the goal (`limiting`). First, the share of greedy's run that the prompts' forward takes and what the goal then
+    asks of the steps after it, and for each strategy below the goal, what its steps after that forward ran at
+    (`after_prompts`)."""
     here = [f for f in figures if (f["batch"], f["prompts"]) == (GOAL_BATCH, GOAL_PROMPTS)]
     exact = [f for f in here if f["runner"] in made and getattr(type(made[f["runner"]]), "exact", True)]
 
