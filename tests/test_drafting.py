@@ -378,3 +378,22 @@ def test_a_copied_tokens_chance_is_the_rate_of_its_depth():
     assert record.chances(3)[0].tolist() == pytest.approx([11 / 16, (9 + 4 / 3) / 12, (9 + 4 / 3) / 12])
     assert record.chances(2)[1].tolist() == pytest.approx([1 / 2, 2 / 3])  # a row that copied nothing: the priors
     assert record.chances(1).shape == (2, 1) and record.chances(0).shape == (2, 0)
+
+
+def test_a_copied_tokens_chance_after_a_run_is_the_rate_of_that_runs_length():
+    """With `runs` (prompt lookup), CopyRecord reads a copied token by the run of agreeing tokens before it: the
+    matched tokens before the copy, then the copy's tokens that held. Row 0's copy followed a 1-token match, row 1's
+    a 4-token one; the prior after a run of L is L / (L + 2), worth two tokens; runs of 4 or more share a rate."""
+    from mtdecode.copying import CopyRecord, lookup_matched
+
+    assert lookup_matched([7, 1, 2, 3, 9, 8, 1, 2, 3], ngram=3, k=2) == ([9, 8], 3)  # 7 and 8 differ: 3 agree
+    assert lookup_matched([5, 1, 2, 3, 9, 5, 1, 2, 3], ngram=3, k=2) == ([9, 5], 4)  # the 5s agree too
+    assert lookup_matched([1, 2, 3], ngram=3, k=2) == ([], 0)
+    record = CopyRecord(batch=2, runs=True)
+    assert record.chances(3, [1, 4]).flatten().tolist() == pytest.approx([1 / 3, 2 / 4, 3 / 5, 4 / 6, 5 / 7, 6 / 8])
+    record.add(torch.tensor([2, 3]), torch.tensor([0, 3]), [1, 4])  # row 0 fails at once, row 1 holds 3 of 3
+    assert record.tries.tolist() == [[1, 0, 0, 0], [0, 0, 0, 3]] and record.hits.tolist() == [[0] * 4, [0, 0, 0, 3]]
+    assert record.chances(1, [1, 1])[0].tolist() == pytest.approx([(2 / 3) / 3])  # after a 1-token match: 2/9
+    later = [(3 + 8 / 6) / 5, (3 + 10 / 7) / 5]  # runs of 4 and 5: the shared rate, 3 of 3, with their priors
+    assert record.chances(2, [2, 4]).flatten().tolist() == pytest.approx([2 / 4, 3 / 5, *later])
+    assert CopyRecord(batch=1).chances(2, [4])[0].tolist() == pytest.approx([1 / 2, 2 / 3])  # by place: no runs

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
-from mtdecode.copying import CopyRecord, lookup
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice
+from mtdecode.copying import CopyRecord, lookup_matched
+from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice, expected_tokens
 from mtdecode.session import Choice, Session, Step
 from mtdecode.tensor_types import Bool, Tensor
 from mtdecode.verification import padded, verify_chain
@@ -65,30 +65,37 @@ class PromptLookup:
         if self.num_draft_tokens is None:
             costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch)
             length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
-            record = CopyRecord(s.batch)
+            record = CopyRecord(s.batch, runs=True)
             s.record_choice(lambda: copy_choice("PromptLookup", length, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens).tolist()  # the step adds one token
-            copied = [lookup(tokens, self.ngram, k_b) for tokens, k_b in zip(s.tokens, k, strict=True)]  # step 1
+            found = [lookup_matched(tokens, self.ngram, k_b) for tokens, k_b in zip(s.tokens, k, strict=True)]  # 1
+            copied, matched = [copy for copy, _ in found], [n for _, n in found]
             if length is not None:
-                copied = worth_verifying(copied, length, record, s.active)
+                copied = worth_verifying(copied, matched, length, record, s.active)
             steps, _, accepted = verify_chain(s, padded(copied, s.device))  # step 2
             if length is not None:
                 drafted = torch.tensor([len(c) for c in copied], device="cpu")
                 length.record(drafted.to(s.device), accepted)
-                record.add(drafted, accepted.cpu())
+                record.add(drafted, accepted.cpu(), matched)
             yield steps
 
 
 def worth_verifying(
-    copied: list[list[int]], length: DraftLength, record: CopyRecord, rows: Bool[Tensor, " batch"]
+    copied: list[list[int]],
+    matched: list[int],
+    length: DraftLength,
+    record: CopyRecord,
+    rows: Bool[Tensor, " batch"],
 ) -> list[list[int]]:
-    """The prefix of each row's copy that `length` plans to verify (`DraftLength.plan`), each copied token counting
-    with its acceptance so far in this row (`CopyRecord`), known before anything is verified; `rows`: those still
-    decoding."""
+    """The prefix of each row's copy that `length` plans to verify (`DraftLength.plan_expected`), each copied token
+    counting with its row's rate of acceptance after a run as long as the one before it (`CopyRecord`; the copy
+    followed `matched[b]` agreeing tokens), known before anything is verified. Those rates are the row's record of
+    acceptance already, so they are not calibrated again as a draft's confidence is. `rows`: those still decoding."""
     available = torch.tensor([len(row) for row in copied], device="cpu")  # (batch,)
-    chances = record.chances(max(map(len, copied), default=0))  # (batch, longest copy)
-    keep = length.plan(chances.to(length.hits.device), available, rows).tolist()
+    chances = record.chances(max(map(len, copied), default=0), matched)  # (batch, longest copy)
+    expected = expected_tokens(chances.to(length.hits.device).cumprod(1))  # E(0..longest copy)
+    keep = length.plan_expected(expected, available, rows).tolist()
     return [row[:n] for row, n in zip(copied, keep, strict=True)]
 
 
