@@ -87,8 +87,11 @@ class CopyRecord:
         """The run before copied token i + 1, i < `width`: by place, i + 1; with `runs`, `matched[b]` + i (at least
         1)."""
         rows = self.hits.shape[0]
-        before = torch.ones(rows, dtype=torch.long) if matched is None or not self.runs else torch.tensor(matched)
-        return before.clamp(min=1)[:, None] + torch.arange(width)  # (batch, width)
+        if matched is None or not self.runs:
+            before = torch.ones(rows, dtype=torch.long, device="cpu")
+        else:
+            before = torch.tensor(matched, dtype=torch.long, device="cpu").reshape(rows)
+        return before.clamp(min=1)[:, None] + torch.arange(width, device="cpu")  # (batch, width)
 
     def estimate(self, width: int, matched: list[int] | None) -> Float[Tensor, "batch width"]:
         """`chances`, worked out from the record."""
