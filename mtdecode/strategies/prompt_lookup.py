@@ -15,9 +15,9 @@ n-gram appeared. Per step, with x0 the newest committed token:
 With no match the step is a plain decoding step.
 
 How many of the copied tokens to verify: by default the number with the best expected tokens
-per unit of cost (`DraftLength.plan` in `mtdecode.drafting`: copying costs nothing, but a target
+per unit of cost (`DraftLength.plan_expected` in `mtdecode.drafting`: copying costs nothing, but a target
 forward over 11 tokens costs more than one over 1, by the curve measured on this host), judged
-from how often this row's copied tokens at each position were accepted so far (`CopyRecord`);
+from how often this row's copied tokens were accepted so far after runs of agreeing tokens as long (`CopyRecord`);
 at most `max_draft_tokens`. The rule never looks at p, so the output stays exact.
 `num_draft_tokens=k` copies up to k instead. `result.stats.choices` says how many copied tokens
 the rule verified per step and how many row steps left a copy unverified because it did not pay
