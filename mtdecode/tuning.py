@@ -183,9 +183,13 @@ def _measure(model: CausalLM, context: int, repeats: int, rows: int = 1) -> tupl
 
 def margin(model: CausalLM, tokens: int, *, rows: int = 1) -> float:
     """How much a predicted speed-up must exceed 1 to be a gain: the scatter of t(1) plus that of t(tokens) (at
-    the nearest measured size at or above it), for `rows` rows (the larger of the neighbouring measured ones)."""
-    measured = [r for r in ROWS if r >= rows][:1] or [ROWS[-1]]
-    measured += [r for r in ROWS if r < rows][-1:]
+    the nearest measured size at or above it), for `rows` rows: those of its own measurement where `rows` is one of
+    `ROWS`, else the larger of the two measurements that `batch_seconds` interpolates between."""
+    if rows in ROWS:
+        measured = [rows]
+    else:
+        measured = [r for r in ROWS if r >= rows][:1] or [ROWS[-1]]
+        measured += [r for r in ROWS if r < rows][-1:]
     total = 0.0
     for r in measured:
         spread = scatter(model) if r == 1 else scatter(model, rows=r)

@@ -315,6 +315,22 @@ def test_costs_measured_in_a_busy_moment_are_measured_again_and_the_quietest_kep
     assert tuning.forward_costs(model, rows=2) == {1: 2.0, 2: 2.1} and len(taken) == 2
 
 
+def test_the_margin_of_a_measured_batch_size_reads_its_own_measurement(monkeypatch):
+    """The batch rule's margin (`tuning.batch_margin`): `BOOKKEEPING` plus the scatter of t(B, 1) and t(B, 2) from
+    the B-row measurement alone where B is one of `ROWS` (`batch_seconds` reads only it there), and the larger of the
+    two it interpolates between elsewhere; one row has none."""
+    monkeypatch.delenv("MTDECODE_BATCH_MARGIN", raising=False)
+    spread = {1: 0.01, 2: 0.07, 4: 0.003, 8: 0.02, 16: 0.05, 32: 0.04}  # a busy 2-row measurement
+    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1: dict.fromkeys(tuning.SIZES, spread[rows]))
+    model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=4, layers=1, hidden=16))
+    margin = {rows: tuning.batch_margin(model, rows) for rows in (1, 3, 4, 5, 32, 40)}
+    own = {rows: tuning.BOOKKEEPING + 2 * spread[rows] for rows in (2, 4, 8, 32)}
+    assert margin[1] == 0.0
+    assert margin[4] == pytest.approx(own[4]) and margin[32] == pytest.approx(own[32])  # not 2 rows' nor 16's
+    assert margin[3] == pytest.approx(own[2]) and margin[5] == pytest.approx(own[8])  # the larger neighbour's
+    assert margin[40] == pytest.approx(own[32])  # past the largest: that measurement's
+
+
 def test_a_resting_batch_leaves_the_head_idle_and_catches_it_up(monkeypatch):
     """EAGLE under the batch rule: where no node can pay (t_4(2) = 4 t_4(1)), the batch's first tree is a try that
     cannot pay, so the head never reads the prompts nor grows a tree: every step is a plain step. Where nodes pay now
