@@ -184,7 +184,8 @@ def _measure(model: CausalLM, context: int, repeats: int, rows: int = 1) -> tupl
 def margin(model: CausalLM, tokens: int, *, rows: int = 1) -> float:
     """How much a predicted speed-up must exceed 1 to be a gain: the scatter of t(1) plus that of t(tokens) (at
     the nearest measured size at or above it), for `rows` rows: those of its own measurement where `rows` is one of
-    `ROWS`, else the larger of the two measurements that `batch_seconds` interpolates between."""
+    `ROWS`, else the larger of the two measurements that `batch_seconds` interpolates between (past the largest
+    number of rows measured, that measurement's)."""
     if rows in ROWS:
         measured = [rows]
     else:
