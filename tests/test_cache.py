@@ -2,6 +2,7 @@
 the next forward's logits equal those of a fresh forward over that row's committed tokens alone
 (float64); holes are packed away, so a long batched run keeps its cache small."""
 
+import copy
 import functools
 
 import pytest
@@ -143,6 +144,33 @@ def test_a_long_ragged_run_keeps_the_cache_small():
     for b, row in enumerate(committed):
         fresh = Runner(model("llama"), "fresh").extend(row + [7])[0, -1]
         torch.testing.assert_close(got[b], fresh, rtol=0, atol=rounding_tolerance(model("llama"), fresh, keys=len(row)))
+
+
+def test_a_chains_ragged_prefixes_are_cut_not_packed(monkeypatch):
+    """Rows that keep different numbers of their guesses from the front (a chain's accepted prefixes) keep them
+    where they are: the cache moves no entry and holds what packing would have left in every valid column."""
+    runner = Runner(model("llama"), "target")
+    runner.extend([[1], [2, 3], [4, 5, 6]])
+    runner.cache.commit()
+    runner.extend([[9, 8, 7, 6], [5, 4, 3, 2], [1, 2, 3, 4]])
+    lengths = torch.tensor([1 + 0, 2 + 2, 3 + 1])  # each row's committed tokens and the guesses it accepts
+    packed = copy.deepcopy(runner.cache)  # the general way: every row's survivors gathered to the front
+    packed.valid = packed.valid & (packed.positions < lengths[:, None])
+    packed._resolve(packed._survivors(packed.valid[:, packed.committed :]))
+
+    def moved(*_):
+        raise AssertionError("a chain's accepted prefixes were packed")
+
+    monkeypatch.setattr(KVCache, "_pack", moved)
+    runner.cache.crop(lengths)
+    cut = runner.cache
+    assert (cut.committed, cut.columns) == (packed.committed, packed.columns) == (5, 5)  # the 4th guess column goes
+    assert torch.equal(cut.valid, packed.valid)
+    valid = cut.valid  # what a hole holds is never read
+    assert torch.equal(cut.positions[valid], packed.positions[valid])
+    for ours, theirs in zip(cut.hf_cache.layers, packed.hf_cache.layers, strict=True):
+        for mine, other in ((ours.keys, theirs.keys), (ours.values, theirs.values)):
+            assert torch.equal(mine.transpose(1, 2)[valid], other.transpose(1, 2)[valid])  # (entries, heads, dim)
 
 
 def test_a_batch_of_one_never_has_holes():

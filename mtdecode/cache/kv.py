@@ -25,9 +25,11 @@ row at once:
 
 After any of them every column is committed again, and the cache tidies itself: the
 columns just resolved are packed (each row's kept entries moved to the front, the columns
-no row uses dropped), and when holes make up more than half of the columns, every row is
-packed. A long batched run therefore never keeps every rejected guess's entry: the cache
-has at most about twice the columns of its longest row. A batch of one never has holes.
+no row uses dropped; where every row keeps the first of its pending entries, as after a
+chain's verification, they are at the front already and only the columns are cut), and
+when holes make up more than half of the columns, every row is packed. A long batched run
+therefore never keeps every rejected guess's entry: the cache has at most about twice the
+columns of its longest row. A batch of one never has holes.
 """
 
 import inspect
@@ -113,6 +115,12 @@ class KVCache:
         if bool(pending.all()):  # the usual case, nothing to pack (and no more holes than before)
             self.committed = self.columns
             return
+        if bool((pending[:, 1:] <= pending[:, :-1]).all()):  # each row keeps a prefix of its pending columns
+            # (a chain's accepted guesses): its survivors are already first, in order, so packing would move nothing
+            self.committed = self.columns
+            self._drop_unused_tail()
+            self._pack_if_mostly_holes()
+            return
         self._resolve(self._survivors(pending))
 
     def crop(self, lengths: int | Sequence[int] | Int[Tensor, " batch"]) -> None:
@@ -181,8 +189,12 @@ class KVCache:
         else:
             self._pack(start, order)
         self._drop_unused_tail()
+        self._pack_if_mostly_holes()
+
+    def _pack_if_mostly_holes(self) -> None:
+        """Pack every row if holes make up more than half of the columns."""
         lengths = self.valid.sum(1)
-        if self.columns > 2 * int(lengths.max()) + _PACK_AT_LEAST:  # mostly holes: pack every row
+        if self.columns > 2 * int(lengths.max()) + _PACK_AT_LEAST:
             self._pack(0, self._survivors(self.valid))
 
     def _pack(self, start: int, order: Int[Tensor, "batch kept"]) -> None:
