@@ -176,18 +176,15 @@ class KVCache:
 
     def _resolve(self, order: Int[Tensor, "batch kept"], prefix: int | None = None) -> None:
         """Row b's pending columns become `order[b]` (-1: a hole), packed after the committed ones; then tidy.
-        `prefix`: w where the caller knows that every row keeps its first w pending columns, in order (`keep`)."""
+        `prefix`: w where the caller knows that every row keeps its first w pending columns, in order (`keep`;
+        `commit` never calls this where each row keeps a prefix of its own)."""
         start = self.committed
-        if prefix is None:
-            used = (order >= 0).any(0).nonzero()
-            order = order[:, : int(used[-1, 0]) + 1 if used.numel() else 0]  # no column of holes at the end
-            same = bool((order == torch.arange(order.shape[1], device=order.device)).all())
-            prefix = order.shape[1] if same else None
-        if prefix is not None:  # every row keeps the same first pending columns (a chain's accepted guesses): cut
+        if prefix is not None:  # every row keeps the same first pending columns: cut
             self._truncate(start + prefix)
             self.committed = self.columns
         else:
-            self._pack(start, order)
+            used = (order >= 0).any(0).nonzero()
+            self._pack(start, order[:, : int(used[-1, 0]) + 1 if used.numel() else 0])  # no column of holes at the end
         self._drop_unused_tail()
         self._pack_if_mostly_holes()
 
