@@ -27,10 +27,11 @@ greedy's priced alike: a figure without the host's scatter, which leaves out EAG
 step's bookkeeping), the milliseconds per target forward that the last run spent outside the forwards ("beside":
 that bookkeeping, and EAGLE's head), tokens per row forward, rows identical to batched greedy's, what the
 strategy chose (`result.stats.choices`), and, where a strategy lands below 0.97x, the measurement that limits it:
-the forwards' time in the run (the host's scatter, or forwards under a tree or lookahead mask dearer than t(B, n)
-says) where the forwards priced by t(B, n) and the time measured beside them together predict 0.97x or more against
-greedy's alike ("predicted", in the JSON), else the cost beside the forwards where the forwards alone reach 0.97x,
-else t(B, n) against the rows' acceptance.
+the forwards' time in the run where the forwards priced by t(B, n) and the time measured beside them together
+predict 0.97x or more against greedy's alike ("predicted", in the JSON): t(B, n) as measured where the pairs show the
+forwards alone costing more beside greedy's than t(B, n) prices them, else the host's scatter (or forwards under a
+tree or lookahead mask dearer than t(B, n) says); else the cost beside the forwards where the forwards alone reach
+0.97x, else t(B, n) against the rows' acceptance.
 
 A cell's median of a few pairs still moves by several points on a shared host. So with `--paired` the run ends by
 pooling, per strategy, the pairs of every cell where its runs fed greedy's very forwards (its rule decoded greedily
@@ -353,6 +354,8 @@ def goal(figures: list[dict], made: dict) -> list[str]:
                    f"{f['modelled']:.2f}x at {f['tokens_per_forward']:.2f} tokens per row forward")  # fmt: skip
         elif measurement == "beside":
             why = f"; the steps' cost beside the forwards ({f['ms_beside_forwards']:.1f} ms per target forward)"
+        elif priced := forwards_against_price(f["paired_seconds"], f["modelled"], GOAL_BATCH):
+            why = f"; {priced}"
         else:
             why = f"; the host's scatter: priced by {t}, its forwards and the time beside predict {f['predicted']:.2f}x"
         if why and share is not None:  # what its steps after the prompts' forward ran at, that forward taken as alike
@@ -389,6 +392,24 @@ def beam_depth_line(model, draft, width: int, batch: int) -> str:
     return f"MTAD's depth of {width} beams: {depth:.2f} t(1, 1), of which the draft's forward alone {forward:.2f}"
 
 
+def forwards_against_price(pairs: list, modelled: float | None, batch: int) -> str | None:
+    """Where a run priced by t(B, n) predicts a bar that its clock misses: its pairs' forwards alone (`paired_seconds`:
+    greedy's forwards' seconds over the runner's, pooled by `interval`) against the ratio t(B, n) prices them at
+    (`modelled`). If the whole interval lies below that price, the forwards cost more beside greedy's in the run than
+    t(B, n) says (it is the fastest of repeated forwards over one shape, and a run's wider forwards sit further above
+    their fastest than greedy's 1-token ones), and t(B, n) as measured is the measurement named; None where the pairs
+    cannot tell (or there are fewer than two), which leaves the host's scatter."""
+    if modelled is None or len(pairs) < 2:
+        return None
+    mean, low, high = interval([math.log(fg / fx) for _, fx, _, _, fg in pairs])
+    if high >= modelled:
+        return None
+    return (
+        f"t({batch}, n) as measured: in its pairs its forwards ran {mean:.2f}x greedy's (95%: {low:.2f}-{high:.2f}), "
+        f"where t({batch}, n) prices them at {modelled:.2f}x"
+    )
+
+
 def limiting(bar: float, modelled: float | None, predicted: float | None) -> str:
     """Which measurement keeps a run below `bar` (the floor or the goal): "scatter" where its forwards priced by
     t(B, n) and the time its steps spent beside them predict the bar (`predicted`), so only the forwards' time in the
@@ -410,14 +431,19 @@ def limit(
     modelled: float | None,
     beside: tuple[float, float],
     predicted: float | None = None,
+    pairs: list | None = None,
 ) -> str:
     """The measurement that keeps a strategy below the floor. Where its forwards priced by t(B, n) together with
     the time its steps spent beside them reach the floor against greedy's alike (`predicted`), its forwards' time in
-    this run: the host's scatter, or a forward under its masks dearer than the causal ones t(B, n) was measured with;
+    this run: t(B, n) where its pairs (`paired_seconds`) show its forwards costing more beside greedy's than t(B, n)
+    prices them (`forwards_against_price`), else the host's scatter, or a forward under its masks dearer than the
+    causal ones t(B, n) was measured with;
     else, where its forwards alone reach the floor (`modelled`), what the steps spend beside them (`beside`: this
     run's and greedy's milliseconds per target forward); else what one more verified token (and a draft forward, for
     MTAD a depth of its beams) costs at this batch, against the acceptance the rows showed (`limiting`)."""
     measurement = limiting(FLOOR, modelled, predicted)
+    if measurement == "scatter" and (priced := forwards_against_price(pairs, modelled, batch)):
+        return priced
     if measurement == "scatter":
         return (
             f"its forwards' time in this run, not their number or shapes: priced by t({batch}, n), they and the time "
@@ -513,7 +539,7 @@ def main() -> None:
                     print(f"  {'':14} its runs did different work (tokens or forwards): the fastest run is no estimate")
                 if name in made and fastest < FLOOR:
                     spent = (v["beside"], t["greedy"]["beside"])
-                    why = limit(made[name], stats, model, draft, batch, modelled, spent, predicted)
+                    why = limit(made[name], stats, model, draft, batch, modelled, spent, predicted, v["pair_times"])
                     print(f"  {'':14} below {FLOOR}x: {why}")
                 figures.append({
                     "batch": batch, "prompts": set_name, "rows": len(v["rows"]), "runner": name,

@@ -1,0 +1,67 @@
+"""`benchmarks/batch_throughput.py`'s judgement of the goal, on figures made by hand (no race is run).
+
+- Where a run priced by t(B, n) predicts the goal and its clock does not show it, the benchmark names a measurement:
+  t(B, n) as measured when the pairs' forwards alone ran below the ratio t(B, n) prices them at, with their interval;
+  the host's scatter when that interval reaches the price; nothing from fewer than two pairs.
+- A run at or above the goal names no limit.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "batch_throughput.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("batch_throughput", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def pairs(forward_ratios: list[float], whole: float) -> list[tuple]:
+    """`paired_seconds` of pairs whose greedy forwards took `forward_ratios` times the runner's (1.6 s), the whole
+    runs `whole` times (0.05 s beside the forwards in the runner's runs)."""
+    return [(1.65, 1.6, 18, 1.65 * whole, 1.6 * r) for r in forward_ratios]
+
+
+def figure(paired_seconds: list[tuple], ratios: list[float], modelled: float, predicted: float) -> dict:
+    return {
+        "batch": 4, "prompts": "code", "runner": "prompt_lookup", "paired_ratios": ratios,
+        "paired_seconds": paired_seconds, "vs_greedy": 1.2, "modelled": modelled, "predicted": predicted,
+        "fastest_ratio": 1.21, "greedy_forwards": False, "ms_beside_forwards": 2.3, "tokens_per_forward": 1.82,
+        "prompt_share": None, "choices": [],
+    }  # fmt: skip
+
+
+class Exact:
+    exact = True
+
+
+def test_forwards_below_their_price_name_t_b_n(bench):
+    below = pairs([1.19, 1.21, 1.20, 1.22, 1.20, 1.21], whole=1.2)
+    named = bench.forwards_against_price(below, 1.25, 4)
+    assert named is not None and named.startswith("t(4, n) as measured")
+    assert "ran 1.20x greedy's" in named and "prices them at 1.25x" in named
+    line = bench.goal([figure(below, [1.19, 1.21, 1.20, 1.22, 1.20, 1.21], 1.25, 1.24)], {"prompt_lookup": Exact()})
+    assert len(line) == 1 and "cannot tell" in line[0] and "t(4, n) as measured" in line[0]
+    assert "host's scatter" not in line[0]
+
+
+def test_forwards_at_their_price_leave_the_hosts_scatter(bench):
+    at_price = pairs([1.15, 1.35, 1.20, 1.30, 1.18, 1.32], whole=1.2)  # their interval holds 1.25
+    assert bench.forwards_against_price(at_price, 1.25, 4) is None
+    assert bench.forwards_against_price(pairs([1.1], whole=1.2), 1.25, 4) is None  # one pair: no interval
+    assert bench.forwards_against_price(at_price, None, 4) is None  # no forwards recorded
+    ratios = [1.19, 1.21, 1.20, 1.22, 1.20, 1.21]
+    line = bench.goal([figure(at_price, ratios, 1.25, 1.24)], {"prompt_lookup": Exact()})
+    assert "the host's scatter" in line[0] and "as measured" not in line[0]
+
+
+def test_a_run_at_or_above_the_goal_names_no_limit(bench):
+    ratios = [1.24, 1.26, 1.25, 1.25, 1.24, 1.26]
+    line = bench.goal([figure(pairs(ratios, whole=1.25), ratios, 1.25, 1.25)], {"prompt_lookup": Exact()})
+    assert line[0].endswith("at or above (1.2x)")
