@@ -29,9 +29,10 @@ that bookkeeping, and EAGLE's head), tokens per row forward, rows identical to b
 strategy chose (`result.stats.choices`), and, where a strategy lands below 0.97x, the measurement that limits it:
 the forwards' time in the run where the forwards priced by t(B, n) and the time measured beside them together
 predict 0.97x or more against greedy's alike ("predicted", in the JSON): t(B, n) as measured where the pairs show the
-forwards alone costing more beside greedy's than t(B, n) prices them, else the host's scatter (or forwards under a
-tree or lookahead mask dearer than t(B, n) says); else the cost beside the forwards where the forwards alone reach
-0.97x, else t(B, n) against the rows' acceptance.
+forwards alone costing more beside greedy's than t(B, n) prices them (never where the strategy fed greedy's very
+forwards: those t(B, n) prices alike), else the host's scatter (or forwards under a tree or lookahead mask dearer
+than t(B, n) says); else the cost beside the forwards where the forwards alone reach 0.97x, else t(B, n) against the
+rows' acceptance.
 
 A cell's median of a few pairs still moves by several points on a shared host. So with `--paired` the run ends by
 pooling, per strategy, the pairs of every cell where its runs fed greedy's very forwards (its rule decoded greedily
@@ -392,14 +393,15 @@ def beam_depth_line(model, draft, width: int, batch: int) -> str:
     return f"MTAD's depth of {width} beams: {depth:.2f} t(1, 1), of which the draft's forward alone {forward:.2f}"
 
 
-def forwards_against_price(pairs: list, modelled: float | None, batch: int) -> str | None:
+def forwards_against_price(pairs: list | None, modelled: float | None, batch: int) -> str | None:
     """Where a run priced by t(B, n) predicts a bar that its clock misses: its pairs' forwards alone (`paired_seconds`:
     greedy's forwards' seconds over the runner's, pooled by `interval`) against the ratio t(B, n) prices them at
     (`modelled`). If the whole interval lies below that price, the forwards cost more beside greedy's in the run than
     t(B, n) says (it is the fastest of repeated forwards over one shape, and a run's wider forwards sit further above
     their fastest than greedy's 1-token ones), and t(B, n) as measured is the measurement named; None where the pairs
-    cannot tell (or there are fewer than two), which leaves the host's scatter."""
-    if modelled is None or len(pairs) < 2:
+    cannot tell (or there are fewer than two, or None: a runner that fed greedy's very forwards, whose forwards t(B, n)
+    prices at exactly greedy's, so that only the host's scatter can part them), which leaves the host's scatter."""
+    if modelled is None or pairs is None or len(pairs) < 2:
         return None
     mean, low, high = interval([math.log(fg / fx) for _, fx, _, _, fg in pairs])
     if high >= modelled:
@@ -435,12 +437,12 @@ def limit(
 ) -> str:
     """The measurement that keeps a strategy below the floor. Where its forwards priced by t(B, n) together with
     the time its steps spent beside them reach the floor against greedy's alike (`predicted`), its forwards' time in
-    this run: t(B, n) where its pairs (`paired_seconds`) show its forwards costing more beside greedy's than t(B, n)
-    prices them (`forwards_against_price`), else the host's scatter, or a forward under its masks dearer than the
-    causal ones t(B, n) was measured with;
-    else, where its forwards alone reach the floor (`modelled`), what the steps spend beside them (`beside`: this
-    run's and greedy's milliseconds per target forward); else what one more verified token (and a draft forward, for
-    MTAD a depth of its beams) costs at this batch, against the acceptance the rows showed (`limiting`)."""
+    this run: t(B, n) where its pairs (`paired_seconds`; None where it fed greedy's very forwards) show its forwards
+    costing more beside greedy's than t(B, n) prices them (`forwards_against_price`), else the host's scatter, or a
+    forward under its masks dearer than the causal ones t(B, n) was measured with; else, where its forwards alone
+    reach the floor (`modelled`), what the steps spend beside them (`beside`: this run's and greedy's milliseconds
+    per target forward); else what one more verified token (and a draft forward, for MTAD a depth of its beams)
+    costs at this batch, against the acceptance the rows showed (`limiting`)."""
     measurement = limiting(FLOOR, modelled, predicted)
     if measurement == "scatter" and (priced := forwards_against_price(pairs, modelled, batch)):
         return priced
@@ -539,7 +541,8 @@ def main() -> None:
                     print(f"  {'':14} its runs did different work (tokens or forwards): the fastest run is no estimate")
                 if name in made and fastest < FLOOR:
                     spent = (v["beside"], t["greedy"]["beside"])
-                    why = limit(made[name], stats, model, draft, batch, modelled, spent, predicted, v["pair_times"])
+                    shapes = None if greedy_forwards(t, name) else v["pair_times"]  # greedy's very forwards: scatter
+                    why = limit(made[name], stats, model, draft, batch, modelled, spent, predicted, shapes)
                     print(f"  {'':14} below {FLOOR}x: {why}")
                 figures.append({
                     "batch": batch, "prompts": set_name, "rows": len(v["rows"]), "runner": name,

@@ -2,7 +2,8 @@
 
 - Where a run priced by t(B, n) predicts the goal and its clock does not show it, the benchmark names a measurement:
   t(B, n) as measured when the pairs' forwards alone ran below the ratio t(B, n) prices them at, with their interval;
-  the host's scatter when that interval reaches the price; nothing from fewer than two pairs.
+  the host's scatter when that interval reaches the price, or when the runner fed greedy's very forwards (the same
+  work, priced alike); nothing from fewer than two pairs.
 - A run at or above the goal names no limit.
 """
 
@@ -56,6 +57,9 @@ def test_forwards_at_their_price_leave_the_hosts_scatter(bench):
     assert bench.forwards_against_price(at_price, 1.25, 4) is None
     assert bench.forwards_against_price(pairs([1.1], whole=1.2), 1.25, 4) is None  # one pair: no interval
     assert bench.forwards_against_price(at_price, None, 4) is None  # no forwards recorded
+    same_work = pairs([0.94, 0.95, 0.96], whole=0.95)  # greedy's very forwards, priced at 1.00x: only the scatter
+    assert bench.forwards_against_price(same_work, 1.0, 16) is not None
+    assert bench.forwards_against_price(None, 1.0, 16) is None  # what `main` passes for such a runner
     ratios = [1.19, 1.21, 1.20, 1.22, 1.20, 1.21]
     line = bench.goal([figure(at_price, ratios, 1.25, 1.24)], {"prompt_lookup": Exact()})
     assert "the host's scatter" in line[0] and "as measured" not in line[0]
