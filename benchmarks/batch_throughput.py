@@ -281,7 +281,7 @@ def split_pairs(times: list) -> list[str]:
     (greedy's forwards' seconds over the runner's), and the run's ratio with its forwards timed as greedy's were
     (greedy's seconds over greedy's forwards' seconds plus what the runner spent beside its own), each pooled by
     `interval`, with the verdict the second gives where the first holds 1."""
-    forwards = interval([math.log(fg / fx) for _, fx, _, _, fg in times])
+    forwards = forwards_ratio(times)
     beside = interval([math.log(sg / (fg + sx - fx)) for sx, fx, _, sg, fg in times])
     extra = statistics.fmean(1000 * ((sx - fx) - (sg - fg)) / steps for sx, fx, steps, sg, fg in times)
     same = forwards[1] <= 1 <= forwards[2]
@@ -292,6 +292,11 @@ def split_pairs(times: list) -> list[str]:
         f"  {'':14} with them timed as greedy's, {extra:+.2f} ms a step beside them: {beside[0]:.3f}x "
         f"(95%: {beside[1]:.3f}-{beside[2]:.3f}): {verdict}",
     ]
+
+
+def forwards_ratio(times: list) -> tuple[float, float, float]:
+    """Greedy's forwards' seconds over the runner's in each pair (`paired_seconds`), pooled by `interval`."""
+    return interval([math.log(fg / fx) for _, fx, _, _, fg in times])
 
 
 def interval(logs: list[float]) -> tuple[float, float, float]:
@@ -403,7 +408,7 @@ def forwards_against_price(pairs: list | None, modelled: float | None, batch: in
     prices at exactly greedy's, so that only the host's scatter can part them), which leaves the host's scatter."""
     if modelled is None or pairs is None or len(pairs) < 2:
         return None
-    mean, low, high = interval([math.log(fg / fx) for _, fx, _, _, fg in pairs])
+    mean, low, high = forwards_ratio(pairs)
     if high >= modelled:
         return None
     return (
