@@ -39,6 +39,7 @@ import os
 import statistics
 import time
 import weakref
+from typing import NamedTuple
 
 import torch
 
@@ -245,17 +246,21 @@ def batch_draft_costs(
     longest: int = 32,
     planned: bool | None = None,
     draft_cost: float | None = None,
+    overhead: float | None = None,
 ) -> BatchCosts:
     """The `BatchCosts` of a batch of `rows` rows, measured on this host, in units of t(1, 1): the target's forwards
     over 1..`longest` tokens per row and, per guess, a draft forward over one token per row (`draft` None: guesses
     that cost nothing to make), or `draft_cost` if given (MTAD's, `measure_beam_depth_cost`). The curve is planned
     (`batch_curve`) where there is a draft and as measured where there is none, unless `planned` says otherwise. One
-    row's are `draft_costs`' (or `copy_costs`')."""
+    row's are `draft_costs`' (or `copy_costs`'). `overhead`: what a step with guesses spends beside its forwards beyond
+    a plain step (`DraftCosts.overhead`; None: `step_overhead`), where the strategy measured it (`Eagle`'s,
+    `measure_eagle_steps`)."""
     planned = draft is not None if planned is None else planned
     curve = batch_curve(target, rows, longest, planned=planned)
     if draft_cost is None:
         draft_cost = 0.0 if draft is None else batch_seconds(draft, rows, 1) / forward_costs(target)[1]
-    return BatchCosts({rows: DraftCosts(draft_cost, curve, step_overhead(rows))}, margin=batch_margin(target, rows))
+    overhead = step_overhead(rows) if overhead is None else overhead
+    return BatchCosts({rows: DraftCosts(draft_cost, curve, overhead)}, margin=batch_margin(target, rows))
 
 
 def step_overhead(rows: int) -> float:
@@ -554,6 +559,84 @@ def measure_read_cost(target: CausalLM, head: EagleHead, rows: int = 1) -> float
     seconds = kept_seconds("eagle-read", key, lambda: _time_read(head, rows))
     growth = batch_seconds(target, rows, READ_TOKENS) / batch_seconds(target, rows, 1)
     return seconds / growth / forward_costs(target)[1]
+
+
+#: new tokens per row over which `measure_eagle_steps` times EAGLE's steps, after prompts of `STEP_PROMPT` tokens
+STEP_TOKENS, STEP_PROMPT = 12, 64
+
+
+class EagleStepCosts(NamedTuple):
+    """What an EAGLE step spends beside its target forward, beyond a plain step, measured in a run
+    (`measure_eagle_steps`), in units of a 1-token target forward of one row."""
+
+    #: o: a drafting step's fixed work with a tree of one depth (the head reading the step's features, the first
+    #: depth's scores, the tree's bookkeeping and verification, the rule), beyond its nodes
+    step: float
+    #: one more depth of the tree: a head forward over W nodes per row, their scores and the choice of children
+    depth: float
+    #: each verified node: the tree's masks and the verification grow with it
+    node: float
+    #: the head's catch-up per entry read, as `measure_read_cost` gives it (a read of n entries per row costing this
+    #: times t(rows, n) / t(rows, 1)), from the step in which the head first read the prompts
+    read: float
+
+
+def measure_eagle_steps(target: CausalLM, head: EagleHead, width: int, rows: int, *, lookup: bool) -> EagleStepCosts:
+    """What a drafting step of `Eagle` costs beside its target forward for a batch of `rows` rows, beyond a plain
+    step, measured in the steps of a run rather than piece by piece: on the 2-core Intel host the head's read and a
+    depth timed alone (`measure_read_cost`, `measure_depth_cost`) came to about half of what they cost between the
+    target's forwards of a batch of 8, and the step's own bookkeeping (the tree's masks, its verification, the copy
+    and the rule) was not timed at all. `Eagle`'s batch rule weighs these (`DraftCosts.overhead` and `draft`).
+
+    Four short runs of `STEP_TOKENS` new tokens per row from random prompts of `STEP_PROMPT` tokens (a plain one,
+    and trees of one depth and one node, two depths and one node, two depths and 2 W nodes; `lookup`: with the copy's
+    search, as `Eagle`'s default): each step's seconds beside the target's forward (timed by hooks on the model), the
+    median over the steps after the head's catch-up. Measured once per head architecture, target architecture, width,
+    number of rows, copy and host, and kept on disk (`mtdecode.store`)."""
+    key = {"head": store.module_key(head), "target": store.module_key(target.hf), "width": width, "rows": rows,
+           "lookup": lookup}  # fmt: skip
+    seconds = store.kept("eagle-step", {**key, "host": store.host_key()},
+                         lambda: _time_eagle_steps(target, head, width, rows, lookup))  # fmt: skip
+    unit = forward_costs(target)[1]
+    return EagleStepCosts(*(seconds[part] / unit for part in EagleStepCosts._fields))
+
+
+def _time_eagle_steps(target: CausalLM, head: EagleHead, width: int, rows: int, lookup: bool) -> dict[str, float]:
+    from mtdecode.generate import generate
+    from mtdecode.strategies.autoregressive import Autoregressive
+    from mtdecode.strategies.eagle import Eagle
+
+    generator = torch.Generator().manual_seed(0)
+    length = min(STEP_PROMPT, target.max_length - STEP_TOKENS)
+    prompts = torch.randint(0, target.vocab_size, (rows, length), generator=generator).tolist()
+
+    def eagle(depth: int, nodes: int) -> Eagle:
+        return Eagle(head, depth=depth, width=width, tree_size=nodes, lookup=10 if lookup else 0)
+
+    def beside(strategy) -> list[float]:
+        """Each step's seconds outside the target's forward, from the second step on (the first is the prompts'
+        forward; in the second, EAGLE's head first reads their features)."""
+        started, spent, ends = [], [], {}
+        pre = target.hf.register_forward_pre_hook(lambda *_: started.append(time.perf_counter()))
+        post = target.hf.register_forward_hook(lambda *_: spent.append(time.perf_counter() - started[-1]))
+        try:  # a step ends when its first row's tokens are committed, after its one target forward
+            generate(target, prompts, strategy, max_new_tokens=STEP_TOKENS,
+                     on_step=lambda _: ends.setdefault(len(spent), time.perf_counter()))  # fmt: skip
+        finally:
+            pre.remove(), post.remove()
+        times = [ends[k] for k in sorted(ends)]
+        return [times[k] - times[k - 1] - spent[k] for k in range(1, len(times))]
+
+    generate(target, prompts, eagle(2, 1), max_new_tokens=2)  # once untimed: first calls set things up
+    plain = statistics.median(beside(Autoregressive())[1:])
+    first, *later = beside(eagle(1, 1))
+    one = statistics.median(later)
+    deeper = statistics.median(beside(eagle(2, 1))[1:])
+    wide = statistics.median(beside(eagle(2, 2 * width))[1:])
+    node = max(0.0, (wide - deeper) / (2 * width - 1))
+    growth = batch_seconds(target, rows, length) / batch_seconds(target, rows, 1)  # the catch-up's entries
+    return {"step": max(0.0, one - plain - node), "depth": max(0.0, deeper - one), "node": node,
+            "read": max(0.0, first - one) / growth}  # fmt: skip
 
 
 def _runner_after_context(head: EagleHead, rows: int) -> HeadRunner:

@@ -432,6 +432,47 @@ def test_eagles_first_tree_pays_for_the_heads_reading_of_the_prompts(monkeypatch
         assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 20) for p in prompts]
 
 
+def test_eagles_batch_rule_weighs_a_drafting_steps_work_measured_in_a_run(monkeypatch):
+    """Eagle() without costs, for a batch: what a drafting step does beside its target forward is measured in a run
+    (`tuning.measure_eagle_steps`, for the batch's rows) and weighed as the step's overhead. Where that work is
+    cheap the batch drafts trees; where it is dearer than any tree could win back, every step is a plain step. One
+    row weighs its own rate and measures nothing of it. Every row equals greedy decoding either way."""
+    from mtdecode.strategies import eagle
+
+    asked, calls = [], {"grow": 0}
+    count_calls(monkeypatch, eagle, "grow_tree", calls, "grow")
+
+    def costs(target, draft, rows, *, longest, planned, draft_cost=None, overhead=None):  # t(n) = 1 + 0.05 (n - 1)
+        return BatchCosts({rows: DraftCosts(draft_cost or 0.0, [1 + 0.05 * n for n in range(longest)], overhead or 0)})
+
+    monkeypatch.setattr(tuning, "batch_draft_costs", costs)
+    target, prompts = pair()[0], RAGGED
+    for step, drafts in ((0.0, True), (50.0, False)):
+        measured = tuning.EagleStepCosts(step=step, depth=0.05, node=0.0, read=0.0)
+        monkeypatch.setattr(tuning, "measure_eagle_steps", lambda *a, m=measured, **k: asked.append(a[3]) or m)
+        calls.update(grow=0)
+        result = mtdecode.generate(target, prompts, Eagle(head(), depth=3, width=3, lookup=0), max_new_tokens=20)
+        assert (calls["grow"] > 0) == drafts, (step, calls)
+        assert drafts or not any(step.drafted for step in result.steps)
+        assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 20) for p in prompts]
+    assert asked == [4, 4]
+    mtdecode.generate(target, prompts[0], Eagle(head(), depth=3, width=3, lookup=0), max_new_tokens=4)
+    assert asked == [4, 4]  # one row: not measured
+
+
+def test_eagles_steps_are_measured_in_a_run_once_per_number_of_rows(tmp_path, monkeypatch):
+    """`tuning.measure_eagle_steps`: a drafting step's work beside its forward costs more than a plain step's, a depth
+    and the head's catch-up cost something; kept on disk (the same numbers again, one file per number of rows)."""
+    monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
+    monkeypatch.delenv("MTDECODE_COSTS", raising=False)
+    model = mtdecode.CausalLM(pair()[0])
+    two = tuning.measure_eagle_steps(model, head(), 3, 2, lookup=True)
+    assert two.step > 0 and two.depth > 0 and two.node >= 0 and two.read >= 0, two
+    assert tuning.measure_eagle_steps(model, head(), 3, 2, lookup=True) == two
+    tuning.measure_eagle_steps(model, head(), 3, 3, lookup=True)
+    assert len(list(tmp_path.glob("eagle-step-*.json"))) == 2
+
+
 def test_the_heads_reading_is_measured_once_per_number_of_rows(tmp_path, monkeypatch):
     """`tuning.measure_read_cost`: a positive cost per entry, kept on disk (the same number again, one file per number
     of rows), and refused as an argument when it is not a cost."""

@@ -127,18 +127,31 @@ class Eagle:
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
         head = head_runner(s, self.head if self.head is not None else shipped_head(s.target.model))
-        size = None
+        size, beside = None, None
         if self.tree_size is None:
             longest = self.depth * self.width + self.lookup + 1
-            costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch, longest=longest, planned=True)
+            if self.costs is None and s.batch > 1:  # a drafting step's work beside its target forward, in a run
+                copy = self.lookup > 0
+                beside = tuning.measure_eagle_steps(s.target.model, head.model, self.width, s.batch, lookup=copy)
+            costs = self.costs or tuning.batch_draft_costs(
+                s.target.model, None, s.batch, longest=longest, planned=True,
+                draft_cost=beside and beside.node, overhead=beside and beside.step,
+            )  # fmt: skip
             # with the batch rule, the batch's first tree is a try: made only if it would pay for the prompts' read
             size = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, wait_first=True)
         depth_cost, read_cost = self.depth_cost, self.read_cost
         if depth_cost is None and size is None:  # only the rule weighs it
             depth_cost = 0.0
+        elif depth_cost is None and beside is not None:
+            depth_cost = beside.depth
         elif depth_cost is None:
             depth_cost = tuning.measure_depth_cost(s.target.model, head.model, self.width, s.batch)
-        if read_cost is None and size is not None and size.together:  # only the batch rule weighs it
+        # the work a drafting step does before the rule weighs its tree, beyond its catch-up: the first depth's
+        # scores (in the costs' overhead where a run measured the step's work, `tuning.measure_eagle_steps`)
+        first = 0.0 if beside is not None else depth_cost
+        if read_cost is None and beside is not None:
+            read_cost = beside.read
+        elif read_cost is None and size is not None and size.together:  # only the batch rule weighs it
             read_cost = tuning.measure_read_cost(s.target.model, head.model, s.batch)
         if size is not None:
             s.record_choice(lambda: tree_choice(size, depth_cost, s.steps))  # for `Stats.choices`
@@ -151,7 +164,7 @@ class Eagle:
         while not s.done:
             copy = None if record is None else find_copies(s, self.lookup, self.ngram, record)  # step 1, the copy
             resting = size is not None and size.idle(
-                *copy_alone(copy, s.active), reading=reading_cost(size, read_cost, max(unread.sizes)), extra=depth_cost
+                *copy_alone(copy, s.active), reading=reading_cost(size, read_cost, max(unread.sizes)), extra=first
             )  # the batch rule: nothing would pay for the head's work
             if resting:
                 playing = s.active
@@ -200,11 +213,13 @@ def tree_choice(size: DraftLength, depth_cost: float, steps: list[Step]) -> Choi
     """What the tree-size rule chose over the run (`Stats.choices`), with what it weighs: a node is verified only
     while its chance of acceptance pays for its place in the target forward at the row's rate so far, and a depth
     is grown only while its nodes' chances pay for one more head forward (`depth_cost`)."""
-    added = size.costs.t(2) - size.costs.t(1)
+    added = size.costs.step(1) - size.costs.step(0)
+    o = size.costs.overhead
+    beside = f", {o:.2f} of it the drafting step's work beside the forward" if o else ""
     pays = (
-        f"no node's chance of acceptance paid for its place in the forward (one more verified token costs "
-        f"{added:.2f} of a 1-token forward, weighed at the row's tokens per unit of cost so far; a depth of the "
-        f"tree costs {depth_cost:.2f})"
+        f"no node's chance of acceptance paid for its place in the forward (a step's first verified node costs "
+        f"{added:.2f} of a 1-token forward{beside}, weighed at the row's tokens per unit of cost so far; a depth of "
+        f"the tree costs {depth_cost:.2f})"
     )
     fix = "Eagle(tree_size=N) verifies the N best nodes every step"
     return drafting_choice("Eagle", size, steps, guesses="nodes", pays=pays, fix=fix)
@@ -446,7 +461,7 @@ def grow_tree(
             # with the batch rule: when the batch would end with the tree so far (every node verified), against
             # with one more depth, whose nodes add at most the newest depth's chances (the plan weighs their places)
             expected = 1 + sum(level.clamp(min=0).sum(1) for level in chances)
-            spent = size.costs.t(1 + (d - 1) * width) + (d - 2) * depth_cost
+            spent = size.costs.step((d - 1) * width) + (d - 2) * depth_cost
             growing = s.active & (limit == depth)
             pays = size.worth(gain.clamp(min=0).sum(1), depth_cost, growing, expected, spent)
             limit = torch.where((limit == depth) & ~pays, d - 1, limit)
