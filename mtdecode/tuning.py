@@ -31,7 +31,8 @@ turns into a `GreedyFallbackWarning` when it is greedy.
 The other measurements the rules weigh are kept here too, beside the forward costs: a batch's t(B, n)
 (`batch_seconds`, `batch_draft_costs`), a draft's acceptance (`draft_acceptance`) and Jacobi's own
 (`jacobi_acceptance`), one more depth of an EAGLE head's tree (`measure_depth_cost`, with its parts in
-`depth_timings`) and one more depth of MTAD's beams (`measure_beam_depth_cost`).
+`depth_timings`), what an EAGLE step does beside its target forward in a batch, timed in a run
+(`measure_eagle_steps`), and one more depth of MTAD's beams (`measure_beam_depth_cost`).
 """
 
 import functools
@@ -583,16 +584,19 @@ class EagleStepCosts(NamedTuple):
 
 def measure_eagle_steps(target: CausalLM, head: EagleHead, width: int, rows: int, *, lookup: bool) -> EagleStepCosts:
     """What a drafting step of `Eagle` costs beside its target forward for a batch of `rows` rows, beyond a plain
-    step, measured in the steps of a run rather than piece by piece: on the 2-core Intel host the head's read and a
-    depth timed alone (`measure_read_cost`, `measure_depth_cost`) came to about half of what they cost between the
-    target's forwards of a batch of 8, and the step's own bookkeeping (the tree's masks, its verification, the copy
-    and the rule) was not timed at all. `Eagle`'s batch rule weighs these (`DraftCosts.overhead` and `draft`).
+    step, measured in the steps of a run rather than piece by piece: at 8 rows on the 2-core Intel host the head's
+    read per entry and a depth timed alone (`measure_read_cost`, `measure_depth_cost`) came to 0.8 and 0.6 of what
+    they cost between the target's forwards, and the step's own bookkeeping (the tree's masks, its verification, the
+    copy and the rule) was not timed at all. `Eagle`'s batch rule weighs these (`DraftCosts.overhead` and `draft`).
 
     Four short runs of `STEP_TOKENS` new tokens per row from random prompts of `STEP_PROMPT` tokens (a plain one,
     and trees of one depth and one node, two depths and one node, two depths and 2 W nodes; `lookup`: with the copy's
     search, as `Eagle`'s default): each step's seconds beside the target's forward (timed by hooks on the model), the
-    median over the steps after the head's catch-up. Measured once per head architecture, target architecture, width,
-    number of rows, copy and host, and kept on disk (`mtdecode.store`)."""
+    median over the steps after the head's catch-up. A node's share is the 2 W-node step's over the 1-node one's, per
+    extra node; a depth, two depths' step over one's; the step's overhead, the one-depth one-node step's over the plain
+    one's, less a node; the catch-up per entry, the head's first drafting step (it reads the prompts) over its later
+    ones, divided by t(rows, 64) / t(rows, 1). Measured once per head architecture, target architecture, width, number
+    of rows, copy and host, and kept on disk (`mtdecode.store`)."""
     key = {"head": store.module_key(head), "target": store.module_key(target.hf), "width": width, "rows": rows,
            "lookup": lookup}  # fmt: skip
     seconds = store.kept("eagle-step", {**key, "host": store.host_key()},

@@ -49,8 +49,11 @@ in every step it drafts; one more depth alone costs a sixth of a batched step at
 2-core host), and the target's features wait for it; after `PATIENCE` such steps, or as soon as
 a copy alone would pay, the head reads them in one forward and drafts again (`DraftLength.idle`,
 `rest_step`). The batch's first tree is such a try too: it is drafted only if it could pay for
-the head's reading of the prompts (`read_cost`) and its first depth (`depth_cost`). A step whose
-tree no row verifies starts a rest at once: the head does not read its features either.
+the head's reading of the prompts (`read_cost`) and its step's work beside the target's forward. A step whose
+tree no row verifies starts a rest at once: the head does not read its features either. That work (the head's
+read of the step's features, the first depth's scores, the tree's masks and verification) is measured in a run for
+the batch's rows (`mtdecode.tuning.measure_eagle_steps`) and weighed as the step's overhead o and a share c per
+verified node: timed alone, a depth came to 0.6 of what it cost between the forwards of 8 rows (2-core Intel host).
 """
 
 import functools
@@ -90,14 +93,17 @@ class Eagle:
     - `ngram`: the longest n-gram the copy matches (shorter ones are tried if it has none).
     - `costs`: the target's forward costs for step 2: `BatchCosts` to size the batch's trees by its goodput,
       one row's `DraftCosts` to size each row's alone (`mtdecode.drafting`); None: the batch's, measured on this
-      host (`mtdecode.tuning`).
+      host (`mtdecode.tuning`), for a batch with what a drafting step does beside its target forward, measured in
+      a run (`mtdecode.tuning.measure_eagle_steps`), as the step's overhead o and each verified node's share as c.
     - `depth_cost`: what growing the tree one more depth costs (a head forward over W nodes per row, their scores
-      and the choice of children), in units of a 1-token target forward of one row; None: measured on this host
-      for the batch's rows (`mtdecode.tuning.measure_depth_cost`). Only the rule (`tree_size=None`) weighs it.
+      and the choice of children), in units of a 1-token target forward of one row; None: measured on this host,
+      in a run for a batch with measured costs (`mtdecode.tuning.measure_eagle_steps`), else timed alone
+      (`mtdecode.tuning.measure_depth_cost`). Only the rule (`tree_size=None`) weighs it.
     - `read_cost`: what the head's reading of the target's features costs per entry and row (a read of n entries
       per row costing this times t(n) / t(1) of the target's curve), in units of a 1-token target forward of one
-      row; None: measured on this host for the batch's rows (`mtdecode.tuning.measure_read_cost`). Only the batch
-      rule weighs it: a batch drafts first, or again after resting, only if a try pays for that catch-up.
+      row; None: measured on this host for the batch's rows (in a run with measured costs, as `depth_cost`; else
+      `mtdecode.tuning.measure_read_cost`). Only the batch rule weighs it: a batch drafts first, or again after
+      resting, only if a try pays for that catch-up.
     """
 
     head: EagleHead | None = None
