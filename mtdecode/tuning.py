@@ -40,6 +40,7 @@ import os
 import statistics
 import time
 import weakref
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import torch
@@ -47,9 +48,12 @@ import torch
 from mtdecode import masks, store
 from mtdecode.beams import BEAM_WIDTH, score_children
 from mtdecode.drafting import BatchCosts, DraftCosts
+from mtdecode.generate import generate
 from mtdecode.model import CausalLM, Runner
+from mtdecode.plain import decode_plainly
 from mtdecode.sampling import Sampler
-from mtdecode.session import Choice
+from mtdecode.session import Choice, Session, Step
+from mtdecode.strategy import DecodingStrategy
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.zoo.eagle import TREE_WIDTH, EagleHead, HeadRunner
 
@@ -582,7 +586,15 @@ class EagleStepCosts(NamedTuple):
     read: float
 
 
-def measure_eagle_steps(target: CausalLM, head: EagleHead, width: int, rows: int, *, lookup: bool) -> EagleStepCosts:
+def measure_eagle_steps(
+    target: CausalLM,
+    head: EagleHead,
+    width: int,
+    rows: int,
+    tree: Callable[[int, int], DecodingStrategy],
+    *,
+    lookup: bool,
+) -> EagleStepCosts:
     """What a drafting step of `Eagle` costs beside its target forward for a batch of `rows` rows, beyond a plain
     step, measured in the steps of a run rather than piece by piece: at 8 rows on the 2-core Intel host the head's
     read per entry and a depth timed alone (`measure_read_cost`, `measure_depth_cost`) came to 0.8 and 0.6 of what
@@ -590,8 +602,9 @@ def measure_eagle_steps(target: CausalLM, head: EagleHead, width: int, rows: int
     copy and the rule) was not timed at all. `Eagle`'s batch rule weighs these (`DraftCosts.overhead` and `draft`).
 
     Four short runs of `STEP_TOKENS` new tokens per row from random prompts of `STEP_PROMPT` tokens (a plain one,
-    and trees of one depth and one node, two depths and one node, two depths and 2 W nodes; `lookup`: with the copy's
-    search, as `Eagle`'s default): each step's seconds beside the target's forward (timed by hooks on the model), the
+    and trees of one depth and one node, two depths and one node, two depths and 2 W nodes: `tree(depth, nodes)`, the
+    strategy with such a fixed tree, which `Eagle` makes of itself; `lookup`: whether it searches for a copy, as
+    `Eagle`'s default does): each step's seconds beside the target's forward (timed by hooks on the model), the
     median over the steps after the head's catch-up. A node's share is the 2 W-node step's over the 1-node one's, per
     extra node; a depth, two depths' step over one's; the step's overhead, the one-depth one-node step's over the plain
     one's, less a node; the catch-up per entry, the head's first drafting step (it reads the prompts) over its later
@@ -600,24 +613,26 @@ def measure_eagle_steps(target: CausalLM, head: EagleHead, width: int, rows: int
     key = {"head": store.module_key(head), "target": store.module_key(target.hf), "width": width, "rows": rows,
            "lookup": lookup}  # fmt: skip
     seconds = store.kept("eagle-step", {**key, "host": store.host_key()},
-                         lambda: _time_eagle_steps(target, head, width, rows, lookup))  # fmt: skip
+                         lambda: _time_eagle_steps(target, width, rows, tree))  # fmt: skip
     unit = forward_costs(target)[1]
     return EagleStepCosts(*(seconds[part] / unit for part in EagleStepCosts._fields))
 
 
-def _time_eagle_steps(target: CausalLM, head: EagleHead, width: int, rows: int, lookup: bool) -> dict[str, float]:
-    from mtdecode.generate import generate
-    from mtdecode.strategies.autoregressive import Autoregressive
-    from mtdecode.strategies.eagle import Eagle
+class _Plain:
+    """Plain steps, as `Autoregressive` takes them (`mtdecode.plain`): what EAGLE's steps are timed against."""
 
+    def decode(self, s: Session) -> Iterator[list[Step]]:
+        return decode_plainly(s)
+
+
+def _time_eagle_steps(
+    target: CausalLM, width: int, rows: int, tree: Callable[[int, int], DecodingStrategy]
+) -> dict[str, float]:
     generator = torch.Generator().manual_seed(0)
     length = min(STEP_PROMPT, target.max_length - STEP_TOKENS)
     prompts = torch.randint(0, target.vocab_size, (rows, length), generator=generator).tolist()
 
-    def eagle(depth: int, nodes: int) -> Eagle:
-        return Eagle(head, depth=depth, width=width, tree_size=nodes, lookup=10 if lookup else 0)
-
-    def beside(strategy) -> list[float]:
+    def beside(strategy: DecodingStrategy) -> list[float]:
         """Each step's seconds outside the target's forward, from the second step on (the first is the prompts'
         forward; in the second, EAGLE's head first reads their features)."""
         started, spent, ends = [], [], {}
@@ -631,12 +646,12 @@ def _time_eagle_steps(target: CausalLM, head: EagleHead, width: int, rows: int, 
         times = [ends[k] for k in sorted(ends)]
         return [times[k] - times[k - 1] - spent[k] for k in range(1, len(times))]
 
-    generate(target, prompts, eagle(2, 1), max_new_tokens=2)  # once untimed: first calls set things up
-    plain = statistics.median(beside(Autoregressive())[1:])
-    first, *later = beside(eagle(1, 1))
+    generate(target, prompts, tree(2, 1), max_new_tokens=2)  # once untimed: first calls set things up
+    plain = statistics.median(beside(_Plain())[1:])
+    first, *later = beside(tree(1, 1))
     one = statistics.median(later)
-    deeper = statistics.median(beside(eagle(2, 1))[1:])
-    wide = statistics.median(beside(eagle(2, 2 * width))[1:])
+    deeper = statistics.median(beside(tree(2, 1))[1:])
+    wide = statistics.median(beside(tree(2, 2 * width))[1:])
     node = max(0.0, (wide - deeper) / (2 * width - 1))
     growth = batch_seconds(target, rows, length) / batch_seconds(target, rows, 1)  # the catch-up's entries
     return {"step": max(0.0, one - plain - node), "depth": max(0.0, deeper - one), "node": node,

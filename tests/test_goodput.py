@@ -466,10 +466,14 @@ def test_eagles_steps_are_measured_in_a_run_once_per_number_of_rows(tmp_path, mo
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
     model = mtdecode.CausalLM(pair()[0])
-    two = tuning.measure_eagle_steps(model, head(), 3, 2, lookup=True)
+
+    def tree(depth: int, nodes: int) -> Eagle:
+        return Eagle(head(), depth=depth, width=3, tree_size=nodes)
+
+    two = tuning.measure_eagle_steps(model, head(), 3, 2, tree, lookup=True)
     assert two.step > 0 and two.depth > 0 and two.node >= 0 and two.read >= 0, two
-    assert tuning.measure_eagle_steps(model, head(), 3, 2, lookup=True) == two
-    tuning.measure_eagle_steps(model, head(), 3, 3, lookup=True)
+    assert tuning.measure_eagle_steps(model, head(), 3, 2, tree, lookup=True) == two
+    tuning.measure_eagle_steps(model, head(), 3, 3, tree, lookup=True)
     assert len(list(tmp_path.glob("eagle-step-*.json"))) == 2
 
 

@@ -56,6 +56,7 @@ the batch's rows (`mtdecode.tuning.measure_eagle_steps`) and weighed as the step
 verified node: timed alone, a depth came to 0.6 of what it cost between the forwards of 8 rows (2-core Intel host).
 """
 
+import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -137,8 +138,12 @@ class Eagle:
         if self.tree_size is None:
             longest = self.depth * self.width + self.lookup + 1
             if self.costs is None and s.batch > 1:  # a drafting step's work beside its target forward, in a run
-                copy = self.lookup > 0
-                beside = tuning.measure_eagle_steps(s.target.model, head.model, self.width, s.batch, lookup=copy)
+                def fixed(depth: int, nodes: int) -> Eagle:  # this strategy with a fixed tree, to time its steps
+                    return dataclasses.replace(self, head=head.model, depth=depth, tree_size=nodes, costs=None)
+
+                beside = tuning.measure_eagle_steps(
+                    s.target.model, head.model, self.width, s.batch, fixed, lookup=self.lookup > 0
+                )
             costs = self.costs or tuning.batch_draft_costs(
                 s.target.model, None, s.batch, longest=longest, planned=True,
                 draft_cost=beside and beside.node, overhead=beside and beside.step,
