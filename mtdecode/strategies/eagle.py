@@ -146,7 +146,7 @@ class Eagle:
                 )
             costs = self.costs or tuning.batch_draft_costs(
                 s.target.model, None, s.batch, longest=longest, planned=True,
-                draft_cost=beside and beside.node, overhead=beside and beside.step,
+                draft_cost=None if beside is None else beside.node, overhead=None if beside is None else beside.step,
             )  # fmt: skip
             # with the batch rule, the batch's first tree is a try: made only if it would pay for the prompts' read
             size = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, wait_first=True)
