@@ -447,12 +447,12 @@ def test_eagles_batch_rule_weighs_a_drafting_steps_work_measured_in_a_run(monkey
 
     monkeypatch.setattr(tuning, "batch_draft_costs", costs)
     target, prompts = pair()[0], RAGGED
-    for step, drafts in ((0.0, True), (50.0, False)):
-        measured = tuning.EagleStepCosts(step=step, depth=0.05, node=0.0, read=0.0)
+    for work, drafts in ((0.0, True), (50.0, False)):  # the step's work beside its forward, o
+        measured = tuning.EagleStepCosts(step=work, depth=0.05, node=0.0, read=0.0)
         monkeypatch.setattr(tuning, "measure_eagle_steps", lambda *a, m=measured, **k: asked.append(a[3]) or m)
         calls.update(grow=0)
         result = mtdecode.generate(target, prompts, Eagle(head(), depth=3, width=3, lookup=0), max_new_tokens=20)
-        assert (calls["grow"] > 0) == drafts, (step, calls)
+        assert (calls["grow"] > 0) == drafts, (work, calls)
         assert drafts or not any(step.drafted for step in result.steps)
         assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 20) for p in prompts]
     assert asked == [4, 4]
