@@ -148,6 +148,10 @@ def verify_greedy(
     length = length if count else 0
     device = first.device
     rows = torch.ones(batch, dtype=torch.bool, device=device) if rows is None else rows
+    if count == 0:  # no candidate (a plain step): the target's token, and the final draw's number skipped
+        random.skip(rows.long())
+        none = torch.full((batch,), NONE, dtype=torch.long, device=device)
+        return Verdict(none, torch.zeros_like(none), first[:, None].clone())
     if count == 1:  # one chain of guesses (speculative, prompt lookup): the same verdict in a few tensor operations
         return _verify_greedy_chain(first, after[:, 0], candidates[:, 0], random, rows)
     alive = torch.ones(batch, count, dtype=torch.bool, device=device)
