@@ -145,7 +145,6 @@ def verify_greedy(
     when it is the target's token (p(x) is 1 or 0), so no number is needed; the final token's number, which the
     general rule draws, is skipped: both rules leave the random streams alike."""
     batch, count, length = candidates.shape
-    length = length if count else 0
     device = first.device
     rows = torch.ones(batch, dtype=torch.bool, device=device) if rows is None else rows
     if count == 0:  # no candidate (a plain step): the target's token, and the final draw's number skipped
