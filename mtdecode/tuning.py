@@ -568,6 +568,9 @@ def measure_read_cost(target: CausalLM, head: EagleHead, rows: int = 1) -> float
 
 #: new tokens per row over which `measure_eagle_steps` times EAGLE's steps, after prompts of `STEP_PROMPT` tokens
 STEP_TOKENS, STEP_PROMPT = 12, 64
+#: how many times `measure_eagle_steps` makes each of its runs: the catch-up is one step of a run, so one run gives
+#: one sample of it
+STEP_RUNS = 3
 
 
 class EagleStepCosts(NamedTuple):
@@ -601,17 +604,19 @@ def measure_eagle_steps(
     they cost between the target's forwards, and the step's own bookkeeping (the tree's masks, its verification, the
     copy and the rule) was not timed at all. `Eagle`'s batch rule weighs these (`DraftCosts.overhead` and `draft`).
 
-    Four short runs of `STEP_TOKENS` new tokens per row from random prompts of `STEP_PROMPT` tokens (a plain one,
-    and trees of one depth and one node, two depths and one node, two depths and 2 W nodes: `tree(depth, nodes)`, the
-    strategy with such a fixed tree, which `Eagle` makes of itself; `lookup`: whether it searches for a copy, as
-    `Eagle`'s default does): each step's seconds beside the target's forward (timed by hooks on the model), the
-    median over the steps after the head's catch-up. A node's share is the 2 W-node step's over the 1-node one's, per
-    extra node; a depth, two depths' step over one's; the step's overhead, the one-depth one-node step's over the plain
-    one's, less a node; the catch-up per entry, the head's first drafting step (it reads the prompts) over its later
-    ones, divided by t(rows, 64) / t(rows, 1). Measured once per head architecture, target architecture, width, number
-    of rows, copy and host, and kept on disk (`mtdecode.store`)."""
+    Four kinds of short run of `STEP_TOKENS` new tokens per row from random prompts of `STEP_PROMPT` tokens (a plain
+    one, and trees of one depth and one node, two depths and one node, two depths and 2 W nodes: `tree(depth, nodes)`,
+    the strategy with such a fixed tree, which `Eagle` makes of itself; `lookup`: whether it searches for a copy, as
+    `Eagle`'s default does), each made `STEP_RUNS` times: each step's seconds beside the target's forward (timed by
+    hooks on the model), the median over the runs' steps after the head's catch-up, and for the catch-up the median
+    of the runs' first drafting steps (a single run gives one sample of it: at 8 rows on the 2-core Intel host, one
+    run's came to 0.056 t(1, 1) per entry and two more to 0.119 and 0.090). A node's share is the 2 W-node step's over
+    the 1-node one's, per extra node; a depth, two depths' step over one's; the step's overhead, the one-depth one-node
+    step's over the plain one's, less a node; the catch-up per entry, the head's first drafting step (it reads the
+    prompts) over its later ones, divided by t(rows, 64) / t(rows, 1). Measured once per head architecture, target
+    architecture, width, number of rows, copy, number of runs and host, and kept on disk (`mtdecode.store`)."""
     key = {"head": store.module_key(head), "target": store.module_key(target.hf), "width": width, "rows": rows,
-           "lookup": lookup}  # fmt: skip
+           "lookup": lookup, "runs": STEP_RUNS}  # fmt: skip
     seconds = store.kept("eagle-step", {**key, "host": store.host_key()},
                          lambda: _time_eagle_steps(target, width, rows, tree))  # fmt: skip
     unit = forward_costs(target)[1]
@@ -646,12 +651,21 @@ def _time_eagle_steps(
         times = [ends[k] for k in sorted(ends)]
         return [times[k] - times[k - 1] - spent[k] for k in range(1, len(times))]
 
+    def runs(strategy: DecodingStrategy) -> tuple[list[float], list[float]]:
+        """The first step's seconds beside the forward in each of `STEP_RUNS` runs, and every later step's."""
+        firsts, later = [], []
+        for _ in range(STEP_RUNS):
+            first, *rest = beside(strategy)
+            firsts.append(first)
+            later += rest
+        return firsts, later
+
     generate(target, prompts, tree(2, 1), max_new_tokens=2)  # once untimed: first calls set things up
-    plain = statistics.median(beside(_Plain())[1:])
-    first, *later = beside(tree(1, 1))
-    one = statistics.median(later)
-    deeper = statistics.median(beside(tree(2, 1))[1:])
-    wide = statistics.median(beside(tree(2, 2 * width))[1:])
+    plain = statistics.median(runs(_Plain())[1])
+    firsts, later = runs(tree(1, 1))
+    first, one = statistics.median(firsts), statistics.median(later)
+    deeper = statistics.median(runs(tree(2, 1))[1])
+    wide = statistics.median(runs(tree(2, 2 * width))[1])
     node = max(0.0, (wide - deeper) / (2 * width - 1))
     growth = batch_seconds(target, rows, length) / batch_seconds(target, rows, 1)  # the catch-up's entries
     return {"step": max(0.0, one - plain - node), "depth": max(0.0, deeper - one), "node": node,

@@ -21,6 +21,7 @@ Rows stay independent in law under the batch rule: `tests/test_batch.py` runs it
 """
 
 import functools
+import time
 
 import pytest
 import torch
@@ -475,6 +476,36 @@ def test_eagles_steps_are_measured_in_a_run_once_per_number_of_rows(tmp_path, mo
     assert tuning.measure_eagle_steps(model, head(), 3, 2, tree, lookup=True) == two
     tuning.measure_eagle_steps(model, head(), 3, 3, tree, lookup=True)
     assert len(list(tmp_path.glob("eagle-step-*.json"))) == 2
+
+
+@pytest.mark.parametrize("runs", [1, tuning.STEP_RUNS])
+def test_one_slow_catch_up_sets_the_heads_read_only_when_it_is_the_only_sample(tmp_path, monkeypatch, runs):
+    """The head's catch-up is one step of a run, so `measure_eagle_steps` makes each run `STEP_RUNS` times and takes
+    the median of their first steps: one catch-up that the host delays (0.3 s here, in the first timed run) then
+    leaves the read at the tiny model's cost, where with a single run (`STEP_RUNS` = 1) that delay is the read."""
+    from mtdecode.strategies import eagle as eagle_module
+
+    monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
+    monkeypatch.delenv("MTDECODE_COSTS", raising=False)
+    monkeypatch.setattr(tuning, "STEP_RUNS", runs)
+    model = mtdecode.CausalLM(pair()[0])
+    catch_ups, real = [], eagle_module.read_features
+
+    def delayed(s, runner, features, root):
+        if max(len(f) for f in features) > 1:  # the head reads the prompts: the first drafting step of a run
+            catch_ups.append(len(catch_ups))
+            if len(catch_ups) == 2:  # the untimed warm-up run's is the first; the first timed run's the second
+                time.sleep(0.3)
+        return real(s, runner, features, root)
+
+    monkeypatch.setattr(eagle_module, "read_features", delayed)
+    costs = tuning.measure_eagle_steps(
+        model, head(), 3, 2, lambda depth, nodes: Eagle(head(), depth=depth, width=3, tree_size=nodes), lookup=True
+    )
+    growth = tuning.batch_seconds(model, 2, tuning.STEP_PROMPT) / tuning.batch_seconds(model, 2, 1)
+    seconds = costs.read * growth * tuning.forward_costs(model)[1]  # the catch-up over the prompts, in seconds
+    assert len(catch_ups) >= 1 + runs
+    assert (seconds > 0.25) == (runs == 1), (runs, seconds)
 
 
 def test_the_heads_reading_is_measured_once_per_number_of_rows(tmp_path, monkeypatch):
