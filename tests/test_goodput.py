@@ -492,7 +492,7 @@ def test_one_slow_catch_up_sets_the_heads_read_only_when_it_is_the_only_sample(t
     catch_ups, real = [], eagle_module.read_features
 
     def delayed(s, runner, features, root):
-        if max(len(f) for f in features) > 1:  # the head reads the prompts: the first drafting step of a run
+        if max(len(f) for f in features) >= tuning.STEP_PROMPT:  # the prompts' features: a run's first drafting step
             catch_ups.append(len(catch_ups))
             if len(catch_ups) == 2:  # the untimed warm-up run's is the first; the first timed run's the second
                 time.sleep(0.3)
