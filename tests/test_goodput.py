@@ -489,11 +489,12 @@ def test_one_slow_catch_up_sets_the_heads_read_only_when_it_is_the_only_sample(t
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
     monkeypatch.setattr(tuning, "STEP_RUNS", runs)
     model = mtdecode.CausalLM(pair()[0])
-    catch_ups, real = [], eagle_module.read_features
+    catch_ups, real = [], eagle_module.read_features  # the entries of each catch-up on the prompts
 
     def delayed(s, runner, features, root):
-        if max(len(f) for f in features) >= tuning.STEP_PROMPT:  # the prompts' features: a run's first drafting step
-            catch_ups.append(len(catch_ups))
+        entries = max(len(f) for f in features)
+        if entries >= tuning.STEP_PROMPT:  # the prompts' features: a run's first drafting step
+            catch_ups.append(entries)
             if len(catch_ups) == 2:  # the untimed warm-up run's is the first; the first timed run's the second
                 time.sleep(0.3)
         return real(s, runner, features, root)
