@@ -34,9 +34,12 @@ forwards: those t(B, n) prices alike), else the host's scatter (or forwards unde
 than t(B, n) says); else the cost beside the forwards where the forwards alone reach 0.97x, else t(B, n) against the
 rows' acceptance.
 
-A cell's median of a few pairs still moves by several points on a shared host. So with `--paired` the run ends by
-pooling, per strategy, the pairs of every cell where its runs fed greedy's very forwards (its rule decoded greedily
-there; for transformers' `generate`, every cell): the geometric mean of those ratios, with a 95% interval, is what
+A cell's median of a few pairs still moves by several points on a shared host. So with `--paired` the run first says
+how far (`host_scatter`): transformers' pairs, the same work as greedy's in every cell, give the host's scatter in this
+run, hence the chance that a cell's median of a runner exactly as fast as greedy lands below the floor, and how many of
+the strategies' cells would by that alone, beside how many did. It then ends by pooling, per strategy, the pairs of
+every cell where its runs fed greedy's very forwards (its rule decoded greedily there; for transformers' `generate`,
+every cell): the geometric mean of those ratios, with a 95% interval, is what
 its steps cost beyond greedy's with the scatter averaged out, and says whether that reaches the floor. Where that
 interval straddles the floor, the pairs are split in two: the forwards alone (the same work in both runs of a pair,
 so their ratio shows the host's scatter), and each run with its forwards timed as its greedy partner's same forwards
@@ -273,6 +276,38 @@ def pooled(figures: list[dict]) -> list[str]:
         if runner != "transformers" and verdict.startswith("cannot tell") and len(times) >= 2:
             lines += split_pairs(times)
     return lines
+
+
+def host_scatter(figures: list[dict]) -> list[str]:
+    """Whether this run's cells can judge the floor one by one. transformers' `generate` does batched greedy's work in
+    every cell, so the spread of its pairs' ratios (the standard deviation of their logarithms) is the host's scatter
+    in this run. For a runner exactly as fast as greedy, each pair then lands below `FLOOR` with chance p (normal, over
+    the logarithms), and a cell's median of n pairs lands there when at least half of them do: for odd n exactly when
+    (n + 1) / 2 or more do, for even n at most when n / 2 or more do and at least when n / 2 + 1 do (binomial). Against
+    that, how many of the strategies' cells fell below by their median: about as many as the chance times the cells
+    is what the scatter alone gives a strategy as fast as greedy."""
+    logs = [math.log(r) for f in figures if f["runner"] == "transformers" for r in f["paired_ratios"]]
+    ours = [f for f in figures if f["runner"] not in ("greedy", "transformers") and f["paired_ratios"]]
+    if len(logs) < 2 or not ours:
+        return []
+    spread = statistics.stdev(logs)
+    p = statistics.NormalDist(0, spread).cdf(math.log(FLOOR)) if spread > 0 else 0.0
+
+    def at_least(k: int, n: int) -> float:  # P(k or more of n pairs below the floor)
+        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+    rounds = sorted({len(f["paired_ratios"]) for f in ours})
+    chances = [(at_least(n // 2 + 1, n), at_least(n // 2, n)) if n % 2 == 0 else (at_least((n + 1) // 2, n),) * 2
+               for n in rounds]  # fmt: skip
+    low = sum(statistics.median(f["paired_ratios"]) < FLOOR for f in ours)
+    chance = " to ".join(dict.fromkeys(f"{c:.2f}" for pair in chances for c in pair))
+    expected = " to ".join(dict.fromkeys(f"{c * len(ours):.0f}" for pair in chances for c in pair))
+    return [
+        f"  transformers beside greedy, the same work: {len(logs)} pairs spread {spread:.3f} (standard deviation of "
+        f"the log ratio; range {math.exp(min(logs)):.2f}-{math.exp(max(logs)):.2f}x)",
+        f"  a runner as fast as greedy lands below {FLOOR}x in a cell's median of {'/'.join(map(str, rounds))} pairs "
+        f"with chance {chance}: about {expected} of these {len(ours)} cells; below by their median: {low}",
+    ]
 
 
 def split_pairs(times: list) -> list[str]:
@@ -562,6 +597,9 @@ def main() -> None:
                     "prompt_share": statistics.median(v["prompt_shares"]) if v["prompt_shares"] else None,
                     "choices": [f"{c.strategy}: {c.setting}: {c.reason}" for c in (stats.choices if stats else ())],
                 })  # fmt: skip
+    if args.paired and (lines := host_scatter(figures)):
+        print("\n== the host's scatter in this run, and what it does to a cell's median:")
+        print("\n".join(lines))
     if args.paired:
         print("\n== pooled pairs where a runner fed greedy's very forwards, against batched greedy:")
         print("\n".join(pooled(figures)))

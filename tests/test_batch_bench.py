@@ -8,6 +8,7 @@
 """
 
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,23 @@ def test_a_run_at_or_above_the_goal_names_no_limit(bench):
     ratios = [1.24, 1.26, 1.25, 1.25, 1.24, 1.26]
     line = bench.goal([figure(pairs(ratios, whole=1.25), ratios, 1.25, 1.25)], {"prompt_lookup": Exact()})
     assert line[0].endswith("at or above (1.2x)")
+
+
+def cell(runner: str, ratios: list[float]) -> dict:
+    return {"batch": 8, "prompts": "mixed", "runner": runner, "paired_ratios": ratios}
+
+
+def test_the_hosts_scatter_says_how_often_a_cell_as_fast_as_greedy_lands_below_the_floor(bench):
+    # transformers' pairs at exp(+-a), a = -ln(0.97) / sqrt(2): their spread is -ln(0.97), so a pair of a runner as
+    # fast as greedy lands below 0.97x with chance Phi(-1) = 0.1587, and a median of 3 with 3p^2(1 - p) + p^3 = 0.0675
+    a = -math.log(0.97) / math.sqrt(2)
+    same_work = [cell("transformers", [math.exp(a), math.exp(-a)])]
+    ours = [cell("jacobi", [0.95, 0.96, 1.02]), cell("eagle", [0.99, 1.00, 1.01]), cell("mtad", [0.90, 0.99, 0.96])]
+    lines = bench.host_scatter(same_work + ours + [cell("greedy", [])])
+    assert "2 pairs spread 0.030" in lines[0]
+    assert "median of 3 pairs with chance 0.07: about 0 of these 3 cells; below by their median: 2" in lines[1]
+    # two pairs per cell: the median is below when both are (p^2 = 0.025), and may be when one is (1 - (1-p)^2 = 0.29)
+    two = bench.host_scatter(same_work + [cell("jacobi", [0.95, 1.02]), cell("eagle", [0.99, 1.01])])
+    assert "median of 2 pairs with chance 0.03 to 0.29: about 0 to 1 of these 2 cells" in two[1]
+    assert two[1].endswith("below by their median: 0")
+    assert bench.host_scatter(ours) == []  # no transformers pairs: no scatter to tell
