@@ -39,8 +39,8 @@ how far (`host_scatter`): transformers' pairs, the same work as greedy's in ever
 run, hence the chance that a cell's median of a runner exactly as fast as greedy lands below the floor, and how many of
 the strategies' cells would by that alone, beside how many did. It then ends by pooling, per strategy, the pairs of
 every cell where its runs fed greedy's very forwards (its rule decoded greedily there; for transformers' `generate`,
-every cell): the geometric mean of those ratios, with a 95% interval, is what
-its steps cost beyond greedy's with the scatter averaged out, and says whether that reaches the floor. Where that
+every cell): the geometric mean of those ratios, with a 95% interval, is what its steps cost beyond greedy's with the
+scatter averaged out, and says whether that reaches the floor. Where that
 interval straddles the floor, the pairs are split in two: the forwards alone (the same work in both runs of a pair,
 so their ratio shows the host's scatter), and each run with its forwards timed as its greedy partner's same forwards
 were, which leaves what its steps spend beside them; when the first holds 1, the second, free of the forwards'
