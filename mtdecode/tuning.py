@@ -40,8 +40,8 @@ import os
 import statistics
 import time
 import weakref
-from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import torch
 
@@ -152,6 +152,41 @@ def quietest(measure_once, tries: int = QUIET_TRIES, quiet: float = QUIET) -> tu
     while len(calls) < tries and statistics.fmean(calls[-1][1].values()) > quiet:
         calls.append(measure_once())
     return min(calls, key=lambda call: statistics.fmean(call[1].values()))
+
+
+class _Answers(dict):
+    """What `read_once` read for one model object, or for a chain of them: the question -> the answer; `then`, the
+    answers for the chains that go on to another model (held weakly, as the first model is)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.then: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+#: `read_once`'s answers per first model object (held weakly: they go with the model)
+_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def read_once(models: Sequence[CausalLM | torch.nn.Module], question: tuple, read: Callable[[], Any]) -> Any:
+    """`read()` the first time this process asks `question` of these model objects where they are now (device and
+    dtype), of the kept measurements in use (`store.costs_dir`) and of the host as the keys name it (`store.host_key`:
+    its kernels and threads, or the reference costs); the same answer after.
+    A kept measurement's key hashes every parameter's shape and its file is read under a lock: about 10 ms, which is
+    a per cent of a short call of `generate` at one or two rows if every call paid it."""
+    table = _READ
+    for model in models:
+        answers = table.setdefault(model, _Answers())
+        table = answers.then
+    key = (*map(_placed, models), str(store.costs_dir()), *sorted(store.host_key().items()), *question)
+    if key not in answers:
+        answers[key] = read()
+    return answers[key]
+
+
+def _placed(model: CausalLM | torch.nn.Module) -> tuple[str, str]:
+    """Where a model's weights are now: device and dtype (of its first parameter)."""
+    first = next((model.hf if isinstance(model, CausalLM) else model).parameters(), None)
+    return ("", "") if first is None else (str(first.device), str(first.dtype))
 
 
 def kept_seconds(kind: str, key: dict, measure) -> float:
@@ -310,12 +345,16 @@ def draft_acceptance(target: CausalLM, draft: CausalLM) -> float:
     takes as its prior (`DraftLength`'s `acceptance`). Scored on `ACCEPTANCE_TOKENS` tokens of the target's own greedy
     continuation of `START` tokens it sampled with a fixed seed; measured once per pair of models and host and kept on
     disk like the costs (`mtdecode.store`), so that every process uses the same number."""
-    key = {
-        "target": store.module_key(target.hf) | {"weights": store.weights_key(target.hf)},
-        "draft": store.module_key(draft.hf) | {"weights": store.weights_key(draft.hf)},
-        "host": store.host_key(),
-    }
-    return store.kept("acceptance", key, lambda: {"acceptance": _score_draft(target, draft)})["acceptance"]
+
+    def kept() -> float:
+        key = {
+            "target": store.module_key(target.hf) | {"weights": store.weights_key(target.hf)},
+            "draft": store.module_key(draft.hf) | {"weights": store.weights_key(draft.hf)},
+            "host": store.host_key(),
+        }
+        return store.kept("acceptance", key, lambda: {"acceptance": _score_draft(target, draft)})["acceptance"]
+
+    return read_once((target, draft), ("acceptance",), kept)
 
 
 def _score_draft(target: CausalLM, draft: CausalLM) -> float:
@@ -354,8 +393,11 @@ def jacobi_acceptance(target: CausalLM) -> float:
         kept = jacobi_guesses(target, text, text[-1], ACCEPTANCE_TOKENS)  # any start converges: a prompt token
         return {"acceptance": sum(kept) / len(kept)}
 
-    key = {"target": store.module_key(target.hf) | {"weights": store.weights_key(target.hf)}, "host": store.host_key()}
-    return store.kept("jacobi-acceptance", key, score)["acceptance"]
+    def kept() -> float:
+        key = {"target": store.module_key(target.hf) | {"weights": store.weights_key(target.hf)}}
+        return store.kept("jacobi-acceptance", key | {"host": store.host_key()}, score)["acceptance"]
+
+    return read_once((target,), ("jacobi-acceptance",), kept)
 
 
 def jacobi_guesses(target: CausalLM, text: list[int], guess: int, tokens: int) -> list[bool]:
@@ -544,9 +586,12 @@ def measure_depth_cost(target: CausalLM, head: EagleHead, width: int, rows: int 
     `CONTEXT` entries, the nodes' scores and the choice of children) against a 1-token target forward of one
     row after as many tokens, both measured on this host (the fastest of 5 runs each; measured once per head
     architecture, width, number of rows and host, and kept on disk like the target's costs, `mtdecode.store`)."""
-    key = {"head": store.module_key(head), "width": width} | ({"rows": rows} if rows > 1 else {})
-    seconds = kept_seconds("eagle-depth", key, lambda: _time_depth(head, width, rows=rows))
-    return seconds / forward_costs(target)[1]
+
+    def kept() -> float:
+        key = {"head": store.module_key(head), "width": width} | ({"rows": rows} if rows > 1 else {})
+        return kept_seconds("eagle-depth", key, lambda: _time_depth(head, width, rows=rows))
+
+    return read_once((head,), ("eagle-depth", width, rows), kept) / forward_costs(target)[1]
 
 
 #: entries per row over which the head's reading of the target's features is timed (`measure_read_cost`)
@@ -560,8 +605,12 @@ def measure_read_cost(target: CausalLM, head: EagleHead, rows: int = 1) -> float
     `mtdecode.store`) and divided by t(rows, `READ_TOKENS`) / t(rows, 1), in units of a 1-token target forward of
     one row. A read over n entries per row is taken to cost this times t(rows, n) / t(rows, 1): both forwards grow
     alike with their tokens (`DraftLength.catch_up` weighs a draft model's catch-up the same way)."""
-    key = {"head": store.module_key(head), "tokens": READ_TOKENS} | ({"rows": rows} if rows > 1 else {})
-    seconds = kept_seconds("eagle-read", key, lambda: _time_read(head, rows))
+
+    def kept() -> float:
+        key = {"head": store.module_key(head), "tokens": READ_TOKENS} | ({"rows": rows} if rows > 1 else {})
+        return kept_seconds("eagle-read", key, lambda: _time_read(head, rows))
+
+    seconds = read_once((head,), ("eagle-read", rows), kept)
     growth = batch_seconds(target, rows, READ_TOKENS) / batch_seconds(target, rows, 1)
     return seconds / growth / forward_costs(target)[1]
 
@@ -615,10 +664,14 @@ def measure_eagle_steps(
     step's over the plain one's, less a node; the catch-up per entry, the head's first drafting step (it reads the
     prompts) over its later ones, divided by t(rows, 64) / t(rows, 1). Measured once per head architecture, target
     architecture, width, number of rows, copy, number of runs and host, and kept on disk (`mtdecode.store`)."""
-    key = {"head": store.module_key(head), "target": store.module_key(target.hf), "width": width, "rows": rows,
-           "lookup": lookup, "runs": STEP_RUNS}  # fmt: skip
-    seconds = store.kept("eagle-step", {**key, "host": store.host_key()},
-                         lambda: _time_eagle_steps(target, width, rows, tree))  # fmt: skip
+
+    def kept() -> dict:
+        key = {"head": store.module_key(head), "target": store.module_key(target.hf), "width": width, "rows": rows,
+               "lookup": lookup, "runs": STEP_RUNS}  # fmt: skip
+        return store.kept("eagle-step", {**key, "host": store.host_key()},
+                          lambda: _time_eagle_steps(target, width, rows, tree))  # fmt: skip
+
+    seconds = read_once((target, head), ("eagle-step", width, rows, lookup), kept)
     unit = forward_costs(target)[1]
     return EagleStepCosts(*(seconds[part] / unit for part in EagleStepCosts._fields))
 
@@ -745,9 +798,12 @@ def measure_beam_depth_cost(target: CausalLM, draft: CausalLM, width: int, rows:
     forward of one row after as many tokens, both measured on this host (the fastest of 5 runs each; measured once
     per draft architecture, width, number of rows and host, and kept on disk, `mtdecode.store`). The scoring is not
     small beside the forward: it reads `width` x vocabulary probabilities per row in float64."""
-    key = {"draft": store.module_key(draft.hf), "width": width} | ({"rows": rows} if rows > 1 else {})
-    seconds = kept_seconds("beam-depth", key, lambda: _time_beam_depth(draft, width, rows))
-    return seconds / forward_costs(target)[1]
+
+    def kept() -> float:
+        key = {"draft": store.module_key(draft.hf), "width": width} | ({"rows": rows} if rows > 1 else {})
+        return kept_seconds("beam-depth", key, lambda: _time_beam_depth(draft, width, rows))
+
+    return read_once((draft,), ("beam-depth", width, rows), kept) / forward_costs(target)[1]
 
 
 def _time_beam_depth(draft: CausalLM, width: int, rows: int, repeats: int = 5) -> float:

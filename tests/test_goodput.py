@@ -265,6 +265,77 @@ def test_a_try_after_which_the_batch_drafts_nothing_did_not_pay():
         assert length.batch_patience == patience
 
 
+@pytest.mark.parametrize("name", ["speculative", "mtad", "jacobi"])
+def test_a_resting_batch_rests_on_without_weighing_and_chooses_as_if_it_had(name, monkeypatch):
+    """Speculative, MTAD and Jacobi ask `DraftLength.idle` before weighing a step: a batch that chose to rest and has
+    learned nothing since takes a plain step without the rule's weighing (`start`, `plan`) until its next try or
+    until a row ends. Four ragged prompts whose rows end at different steps (row 1 at its EOS after 4 tokens, row 0
+    after 35), a dear guess (t_4(2) = 1.5 t_4(1)) and an even prior: the batch tries one guess a row, then rests.
+    Every row step, every choice and every token are those of the rule weighing every step (`idle` answering no):
+    40 weighings then, 17 for Speculative and MTAD here (they weigh again whenever a try could be due) and 5 for
+    Jacobi."""
+    target, draft = pair()
+    eos = greedy_tokens(target, RAGGED[1], 9)[-1]  # row 1 ends early, the others may too
+    costs = together(4, 0.05, 0.5)
+    made = {
+        "speculative": lambda: Speculative(tiny_model("llama", vocab_size=VOCAB, seed=9), costs=costs, acceptance=0.5),
+        "mtad": lambda: MTAD(tiny_model("llama", vocab_size=VOCAB, seed=9), beam_width=2, costs=costs, acceptance=0.5),
+        "jacobi": lambda: Jacobi(costs=costs, acceptance=0.5),
+    }[name]
+
+    def run() -> tuple:
+        weighed = {"start": 0, "plan": 0}
+        with monkeypatch.context() as m:
+            count_calls(m, DraftLength, "start", weighed, "start")
+            count_calls(m, DraftLength, "plan", weighed, "plan")
+            result = mtdecode.generate(target, RAGGED, made(), max_new_tokens=40, eos_token_id=eos, pad_token_id=0)
+        return result, weighed["start"] + weighed["plan"]
+
+    resting, weighed_resting = run()
+    monkeypatch.setattr(DraftLength, "idle", lambda self, *args, **kwargs: False)
+    weighing, weighed_always = run()
+    assert resting.steps == weighing.steps and resting.stats.choices == weighing.stats.choices
+    assert torch.equal(resting.tokens, weighing.tokens)
+    assert any(step.drafted for step in resting.steps)  # it tried
+    assert len({len(resting.row(b)) for b in range(4)}) > 1  # rows ended at different steps
+    assert weighed_resting < weighed_always - 10  # it rested on without weighing
+
+
+def test_a_resting_batch_weighs_again_when_its_rows_change():
+    """`DraftLength.idle(rows=...)`: a batch that rested in a step with the given rows rests on while the rows that
+    may draft are those; a row that ended (or has no room for a guess) makes it weigh the step afresh."""
+    length = DraftLength(together(3, 0.0, 0.5), 3, CPU)
+    rows = torch.tensor([True, True, True])
+    length.rest(rows)
+    assert length.idle(rows=rows) and length.idle()
+    assert not length.idle(rows=torch.tensor([True, False, True]))
+    length.rest(torch.tensor([True, False, True]))
+    assert length.idle(rows=torch.tensor([True, False, True])) and length.declined == 5
+
+
+def test_a_measurement_is_read_once_per_model_where_it_is_and_per_place_of_the_kept_ones(tmp_path, monkeypatch):
+    """`tuning.read_once`: the kept measurements (a draft's acceptance, Jacobi's, the costs of EAGLE's and MTAD's
+    drafting work) are read from disk once per model object; again where the model moved to another dtype, where the
+    kept measurements are elsewhere (`MTDECODE_COSTS_DIR`), or for a new model object."""
+    monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path / "one"))
+    monkeypatch.delenv("MTDECODE_COSTS", raising=False)
+    target = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=3, layers=1, hidden=16))
+    draft = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=9, layers=1, hidden=16))
+    paired = tuning.draft_acceptance(target, draft)  # a pair's answer first, then one model's beside it
+    measured = tuning.jacobi_acceptance(target)
+    reads = {"kept": 0}
+    count_calls(monkeypatch, tuning.store, "kept", reads, "kept")
+    assert tuning.jacobi_acceptance(target) == measured and tuning.draft_acceptance(target, draft) == paired
+    assert reads["kept"] == 0
+    assert tuning.jacobi_acceptance(mtdecode.CausalLM(target.hf)) == measured and reads["kept"] == 1  # from disk
+    monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path / "two"))
+    assert tuning.jacobi_acceptance(target) == measured and reads["kept"] == 2  # measured again there
+    target.hf.float()  # the tiny models are float64
+    tuning.jacobi_acceptance(target)
+    assert reads["kept"] == 3
+    assert (tmp_path / "two").exists() and len(list((tmp_path / "two").glob("jacobi-acceptance-*.json"))) == 2
+
+
 def test_batch_costs_are_kept_per_number_of_rows_and_interpolated(monkeypatch):
     """t(B, n) between measured numbers of rows is interpolated linearly, continued past the largest; one row's
     costs relative to t(1, 1) are `relative_cost`'s, exactly."""
@@ -637,3 +708,4 @@ def test_a_drafts_acceptance_is_measured_once_on_the_targets_own_text(tmp_path, 
     assert 0 <= measured < 1
     monkeypatch.setattr(tuning, "_score_draft", lambda *_: pytest.fail("measured twice"))
     assert tuning.draft_acceptance(target, draft) == measured
+    assert tuning.draft_acceptance(mtdecode.CausalLM(target.hf), mtdecode.CausalLM(draft.hf)) == measured  # the disk's

@@ -91,10 +91,14 @@ class Jacobi:
             s.record_choice(lambda: block_choice(rule, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(most)  # (batch,): the step adds one token of its own
-            if rule is not None:  # how many of them pay, by the record of each place
+            resting = rule is not None and rule.idle(rows=s.active & (k > 0))  # the record is as when it chose to
+            if resting:
+                rule.rest(s.active & (k > 0))
+                k = torch.zeros_like(k)
+            elif rule is not None:  # how many of them pay, by the record of each place
                 k = rule.plan(record.chances(most).to(s.device), k, s.active)
             steps, logits, accepted = verify_chain(s, up_to(guesses, k))  # steps 1-2
-            if rule is not None:
+            if rule is not None and not resting:
                 rule.record(k, accepted)
                 record.add(k.cpu(), accepted.cpu())
             yield steps

@@ -99,15 +99,15 @@ class MTAD:
             )
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
+            if length is not None and length.idle(rows=k > 0):  # the batch rests, as its last step chose to
+                length.rest(k > 0)
+                yield plain_step(s, draft)
+                continue
             block, log_q, path, k = beam_draft(s, draft, k, self.beam_width, length)  # step 1
-            if block.shape[1] == 0:  # no row drafted: a plain step at greedy cost, the same draw as step 4's
+            if block.shape[1] == 0:  # no row drafted
                 if length is not None:
                     length.record(k, torch.zeros_like(k))
-                none = torch.zeros_like(k)
-                steps = s.commit(plain_token(s)[:, None], 1, drafted=k, accepted=none, proposals=[[]] * s.batch,
-                                 log_ratios=none.double())  # fmt: skip
-                s.read_later(draft)  # the draft rests: it reads what it missed when it next drafts
-                yield steps
+                yield plain_step(s, draft)
                 continue
             log_p, last = score_block(s, block)  # step 2
             n = accepted_length(log_p, log_q, k, self.threshold)  # step 3
@@ -208,11 +208,16 @@ def choose(
     return torch.where(torch.arange(width, device=picks.device) < possible[:, None], picks, -1)
 
 
-def plain_token(s: Session) -> Int[Tensor, " batch"]:
-    """A step with no block in any row: the next token as step 4 takes it with n = 0 (the argmax when greedy, else a
-    draw from the judged p), without steps 2 and 3."""
+def plain_step(s: Session, draft: Runner) -> list[Step]:
+    """A step with no block in any row, at greedy cost: the next token as step 4 takes it with n = 0 (the argmax when
+    greedy, else a draw from the judged p), without steps 2 and 3. The draft rests: it reads what it missed when it
+    next drafts."""
     logits = prefill(s)  # (batch, vocab): one target forward over each row's unread tokens
-    return logits.argmax(-1) if s.sampler.greedy else draw(judged(s.sampler, logits), s.random, s.active)
+    token = logits.argmax(-1) if s.sampler.greedy else draw(judged(s.sampler, logits), s.random, s.active)
+    none = torch.zeros(s.batch, dtype=torch.long, device=s.device)
+    steps = s.commit(token[:, None], 1, proposals=[[]] * s.batch, log_ratios=none.double())
+    s.read_later(draft)
+    return steps
 
 
 def score_block(

@@ -93,14 +93,15 @@ class Speculative:
             s.record_choice(lambda: rule_choice("Speculative", length, s.steps))
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
+            if length is not None and length.idle(rows=k > 0):  # the batch rests, as its last step chose to
+                length.rest(k > 0)
+                yield plain_step(s, draft)
+                continue
             guesses, q, k = draft_tokens(s, draft, k, length)
-            if guesses.shape[1] == 0:  # no row drafted: a plain step at greedy cost, the same draw as line 10's
+            if guesses.shape[1] == 0:  # no row drafted
                 if length is not None:
                     length.record(k, torch.zeros_like(k))
-                token = sample_next(s, prefill(s))  # p's own draw, as lines 4 and 10 make it with k = 0
-                steps = s.commit(token[:, None], 1, drafted=k, accepted=torch.zeros_like(k))
-                s.read_later(draft)  # the draft rests: it reads what it missed when it next drafts
-                yield steps
+                yield plain_step(s, draft)
                 continue
             logits = verify(s, guesses)
             if q is None:  # temperature 0: lines 5-10 on the argmaxes
@@ -112,6 +113,14 @@ class Speculative:
             if length is not None:
                 length.record(k, accepted)
             yield commit(s, draft, guesses, accepted, new_token, k)
+
+
+def plain_step(s: Session, draft: Runner) -> list[Step]:
+    """A step without guesses, at greedy cost: p's own draw, as lines 4 and 10 make it with k = 0. The draft rests:
+    it reads what it missed when it next drafts."""
+    steps = s.commit(sample_next(s, prefill(s))[:, None], 1)
+    s.read_later(draft)
+    return steps
 
 
 def draft_tokens(
