@@ -272,8 +272,7 @@ def test_a_resting_batch_rests_on_without_weighing_and_chooses_as_if_it_had(name
     until a row ends. Four ragged prompts whose rows end at different steps (row 1 at its EOS after 4 tokens, row 0
     after 35), a dear guess (t_4(2) = 1.5 t_4(1)) and an even prior: the batch tries one guess a row, then rests.
     Every row step, every choice and every token are those of the rule weighing every step (`idle` answering no):
-    40 weighings then, 17 for Speculative and MTAD here (they weigh again whenever a try could be due) and 5 for
-    Jacobi."""
+    40 weighings then, 6 for Speculative and MTAD here and 5 for Jacobi."""
     target, draft = pair()
     eos = greedy_tokens(target, RAGGED[1], 9)[-1]  # row 1 ends early, the others may too
     costs = together(4, 0.05, 0.5)

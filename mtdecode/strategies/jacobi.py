@@ -91,7 +91,7 @@ class Jacobi:
             s.record_choice(lambda: block_choice(rule, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(most)  # (batch,): the step adds one token of its own
-            resting = rule is not None and rule.idle(rows=s.active & (k > 0))  # the record is as when it chose to
+            resting = rule is not None and rule.idle(rows=s.active & (k > 0))  # its record unchanged since it rested
             if resting:
                 rule.rest(s.active & (k > 0))
                 k = torch.zeros_like(k)
