@@ -297,7 +297,7 @@ def test_a_resting_batch_rests_on_without_weighing_and_chooses_as_if_it_had(name
     assert torch.equal(resting.tokens, weighing.tokens)
     assert any(step.drafted for step in resting.steps)  # it tried
     assert len({len(resting.row(b)) for b in range(4)}) > 1  # rows ended at different steps
-    assert weighed_resting < weighed_always - 10  # it rested on without weighing
+    assert weighed_resting < weighed_always / 4  # it rested on without weighing (not at every step a try could be due)
 
 
 def test_a_resting_batch_weighs_again_when_its_rows_change():
