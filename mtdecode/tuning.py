@@ -662,18 +662,39 @@ def measure_eagle_steps(
     run's came to 0.056 t(1, 1) per entry and two more to 0.119 and 0.090). A node's share is the 2 W-node step's over
     the 1-node one's, per extra node; a depth, two depths' step over one's; the step's overhead, the one-depth one-node
     step's over the plain one's, less a node; the catch-up per entry, the head's first drafting step (it reads the
-    prompts) over its later ones, divided by t(rows, 64) / t(rows, 1). Measured once per head architecture, target
-    architecture, width, number of rows, copy, number of runs and host, and kept on disk (`mtdecode.store`)."""
+    prompts) over its later ones, divided by t(rows, 64) / t(rows, 1).
+
+    Each part is kept as a share of the plain runs' own 1-token forward (their median, timed by the same hooks) and
+    weighed as that share of the kept t(rows, 1): the host's speed moves from hour to hour (the 2-core Intel host
+    ran t(8, 1) 1.45x slower one evening than when its curve was kept that morning), and seconds timed in one hour
+    against a forward timed in another would price the work by the host's speed at those two moments, not by what
+    a step pays beside its own forward. Measured once per head architecture, target architecture, width, number of
+    rows, copy, number of runs and host, and kept on disk (`mtdecode.store`)."""
+    seconds = eagle_step_seconds(target, head, width, rows, tree, lookup=lookup)
+    # the steps' seconds as shares of their own forward, in units of the kept t(1, 1)
+    unit = seconds["forward"] / batch_relative(target, rows, 1)
+    return EagleStepCosts(*(seconds[part] / unit for part in EagleStepCosts._fields))
+
+
+def eagle_step_seconds(
+    target: CausalLM,
+    head: EagleHead,
+    width: int,
+    rows: int,
+    tree: Callable[[int, int], DecodingStrategy],
+    *,
+    lookup: bool,
+) -> dict[str, float]:
+    """`measure_eagle_steps`' timings as kept, in seconds: the parts of a step beside its forward (`EagleStepCosts`'
+    fields) and `"forward"`, the median 1-token forward of the plain runs they were timed beside."""
 
     def kept() -> dict:
         key = {"head": store.module_key(head), "target": store.module_key(target.hf), "width": width, "rows": rows,
-               "lookup": lookup, "runs": STEP_RUNS}  # fmt: skip
+               "lookup": lookup, "runs": STEP_RUNS, "against": "its runs' forward"}  # fmt: skip
         return store.kept("eagle-step", {**key, "host": store.host_key()},
                           lambda: _time_eagle_steps(target, width, rows, tree))  # fmt: skip
 
-    seconds = read_once((target, head), ("eagle-step", width, rows, lookup), kept)
-    unit = forward_costs(target)[1]
-    return EagleStepCosts(*(seconds[part] / unit for part in EagleStepCosts._fields))
+    return read_once((target, head), ("eagle-step", width, rows, lookup), kept)
 
 
 class _Plain:
@@ -690,6 +711,8 @@ def _time_eagle_steps(
     length = min(STEP_PROMPT, target.max_length - STEP_TOKENS)
     prompts = torch.randint(0, target.vocab_size, (rows, length), generator=generator).tolist()
 
+    forwards = []  # the plain runs' 1-token forwards
+
     def beside(strategy: DecodingStrategy) -> list[float]:
         """Each step's seconds outside the target's forward, from the second step on (the first is the prompts'
         forward; in the second, EAGLE's head first reads their features)."""
@@ -702,6 +725,8 @@ def _time_eagle_steps(
         finally:
             pre.remove(), post.remove()
         times = [ends[k] for k in sorted(ends)]
+        if isinstance(strategy, _Plain):
+            forwards.extend(spent[1 : len(times)])
         return [times[k] - times[k - 1] - spent[k] for k in range(1, len(times))]
 
     def runs(strategy: DecodingStrategy) -> tuple[list[float], list[float]]:
@@ -722,7 +747,7 @@ def _time_eagle_steps(
     node = max(0.0, (wide - deeper) / (2 * width - 1))
     growth = batch_seconds(target, rows, length) / batch_seconds(target, rows, 1)  # the catch-up's entries
     return {"step": max(0.0, one - plain - node), "depth": max(0.0, deeper - one), "node": node,
-            "read": max(0.0, first - one) / growth}  # fmt: skip
+            "read": max(0.0, first - one) / growth, "forward": statistics.median(forwards)}  # fmt: skip
 
 
 def _runner_after_context(head: EagleHead, rows: int) -> HeadRunner:

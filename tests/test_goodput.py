@@ -548,6 +548,25 @@ def test_eagles_steps_are_measured_in_a_run_once_per_number_of_rows(tmp_path, mo
     assert len(list(tmp_path.glob("eagle-step-*.json"))) == 2
 
 
+def test_eagles_step_costs_are_shares_of_their_own_runs_forward(tmp_path, monkeypatch):
+    """`measure_eagle_steps` weighs what a step does beside its forward as a share of the forwards timed in the same
+    runs, not of the kept t(1, 1) timed at another hour: a host that runs everything twice as slowly while the steps
+    are timed gives the same costs (seconds here are made up: the timing runs are replaced)."""
+    monkeypatch.delenv("MTDECODE_COSTS", raising=False)
+    model = mtdecode.CausalLM(pair()[0])
+    forward = tuning.batch_seconds(model, 2, 1)
+    timed = {"step": 0.3 * forward, "depth": 0.2 * forward, "node": 0.01 * forward, "read": 0.05 * forward}
+    costs = []
+    for slower in (1.0, 2.0):
+        monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path / f"x{slower}"))
+        seconds = {part: slower * value for part, value in {**timed, "forward": forward}.items()}
+        monkeypatch.setattr(tuning, "_time_eagle_steps", lambda *a, seconds=seconds: seconds)
+        costs.append(tuning.measure_eagle_steps(model, head(), 3, 2, lambda d, n: None, lookup=True))
+    assert tuple(costs[0]) == pytest.approx(tuple(costs[1]), rel=1e-12), costs
+    unit = tuning.forward_costs(model)[1]
+    assert costs[0].step == pytest.approx(0.3 * forward / unit), costs  # a share of t(2, 1), in units of t(1, 1)
+
+
 @pytest.mark.parametrize("runs", [1, tuning.STEP_RUNS])
 def test_one_slow_catch_up_sets_the_heads_read_only_when_it_is_the_only_sample(tmp_path, monkeypatch, runs):
     """The head's catch-up is one step of a run, so `measure_eagle_steps` makes each run `STEP_RUNS` times and takes
@@ -570,11 +589,11 @@ def test_one_slow_catch_up_sets_the_heads_read_only_when_it_is_the_only_sample(t
         return real(s, runner, features, root)
 
     monkeypatch.setattr(eagle_module, "read_features", delayed)
-    costs = tuning.measure_eagle_steps(
+    timed = tuning.eagle_step_seconds(
         model, head(), 3, 2, lambda depth, nodes: Eagle(head(), depth=depth, width=3, tree_size=nodes), lookup=True
     )
     growth = tuning.batch_seconds(model, 2, tuning.STEP_PROMPT) / tuning.batch_seconds(model, 2, 1)
-    seconds = costs.read * growth * tuning.forward_costs(model)[1]  # the catch-up over the prompts, in seconds
+    seconds = timed["read"] * growth  # the catch-up over the prompts, in seconds
     assert len(catch_ups) >= 1 + runs
     assert (seconds > 0.25) == (runs == 1), (runs, seconds)
 

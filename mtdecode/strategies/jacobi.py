@@ -91,9 +91,9 @@ class Jacobi:
             s.record_choice(lambda: block_choice(rule, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(most)  # (batch,): the step adds one token of its own
-            resting = rule is not None and rule.idle(rows=s.active & (k > 0))  # its record unchanged since it rested
+            resting = rule is not None and rule.idle(rows=k > 0)  # its record unchanged since it rested
             if resting:
-                rule.rest(s.active & (k > 0))
+                rule.rest(k > 0)  # (a finished row's budget is 0)
                 k = torch.zeros_like(k)
             elif rule is not None:  # how many of them pay, by the record of each place
                 k = rule.plan(record.chances(most).to(s.device), k, s.active)

@@ -93,8 +93,10 @@ class Speculative:
             s.record_choice(lambda: rule_choice("Speculative", length, s.steps))
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
-            unread = max(map(len, s.unread(draft)))  # what the draft reads first when it drafts again
-            if length is not None and length.idle(reading=length.catch_up(unread), rows=k > 0):  # the batch rests on
+            resting = length is not None and length.idle(  # the batch rests on; its catch-up as `start` weighs it
+                reading=length.catch_up(max(map(len, s.unread(draft)))), rows=k > 0
+            )  # (what the draft reads first when it drafts again)
+            if resting:
                 length.rest(k > 0)
                 yield plain_step(s, draft)
                 continue
