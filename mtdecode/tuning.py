@@ -199,8 +199,10 @@ def measured_sizes(rows: int) -> list[int]:
     return [n for n in SIZES if rows == 1 or n <= 4 or rows * n <= MOST_TOKENS]
 
 
-def _measure(model: CausalLM, context: int, repeats: int, rows: int = 1) -> tuple[dict[int, float], dict[int, float]]:
-    sizes = measured_sizes(rows)
+def _measure(
+    model: CausalLM, context: int, repeats: int, rows: int = 1, sizes: Sequence[int] | None = None
+) -> tuple[dict[int, float], dict[int, float]]:
+    sizes = measured_sizes(rows) if sizes is None else sizes
     context = max(1, min(context, model.max_length - max(sizes)))
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, model.vocab_size, (rows, context + max(sizes)), generator=generator, device="cpu")
@@ -664,14 +666,17 @@ def measure_eagle_steps(
     step's over the plain one's, less a node; the catch-up per entry, the head's first drafting step (it reads the
     prompts) over its later ones, divided by t(rows, 64) / t(rows, 1).
 
-    Each part is kept as a share of the plain runs' own 1-token forward (their median, timed by the same hooks) and
-    weighed as that share of the kept t(rows, 1): the host's speed moves from hour to hour (the 2-core Intel host
-    ran t(8, 1) 1.45x slower one evening than when its curve was kept that morning), and seconds timed in one hour
-    against a forward timed in another would price the work by the host's speed at those two moments, not by what
-    a step pays beside its own forward. Measured once per head architecture, target architecture, width, number of
-    rows, copy, number of runs and host, and kept on disk (`mtdecode.store`)."""
+    The parts are kept with t(rows, 1) timed as the kept curve times it (`forward_costs`: the fastest of 5, after
+    `CONTEXT` entries) right after the runs, and weighed as shares of that forward times the kept t(rows, 1): the
+    host's speed moves from hour to hour (the 2-core Intel host ran t(8, 1) 1.45x slower one evening than when its
+    curve was kept that morning, and at its curve's speed twenty minutes later), and seconds timed in one hour over a
+    forward timed in another would price a step's work by the two hours' speeds, not by what it costs beside its own
+    forward. (The runs' own forwards, after 64 to 76 entries, are no such measure: at 32 rows a 1-token forward after
+    70 entries took 0.69 of one after 256, 101 against 146 ms timed alternately.) Measured once per head
+    architecture, target architecture, width, number of rows, copy, number of runs and host, and kept on disk
+    (`mtdecode.store`)."""
     seconds = eagle_step_seconds(target, head, width, rows, tree, lookup=lookup)
-    # the steps' seconds as shares of their own forward, in units of the kept t(1, 1)
+    # the steps' seconds as shares of the forward timed beside them, in units of the kept t(1, 1)
     unit = seconds["forward"] / batch_relative(target, rows, 1)
     return EagleStepCosts(*(seconds[part] / unit for part in EagleStepCosts._fields))
 
@@ -686,11 +691,11 @@ def eagle_step_seconds(
     lookup: bool,
 ) -> dict[str, float]:
     """`measure_eagle_steps`' timings as kept, in seconds: the parts of a step beside its forward (`EagleStepCosts`'
-    fields) and `"forward"`, the median 1-token forward of the plain runs they were timed beside."""
+    fields) and `"forward"`, t(rows, 1) timed right after them as `forward_costs` times it."""
 
     def kept() -> dict:
         key = {"head": store.module_key(head), "target": store.module_key(target.hf), "width": width, "rows": rows,
-               "lookup": lookup, "runs": STEP_RUNS, "against": "its runs' forward"}  # fmt: skip
+               "lookup": lookup, "runs": STEP_RUNS, "against": "t(rows, 1) timed after"}  # fmt: skip
         return store.kept("eagle-step", {**key, "host": store.host_key()},
                           lambda: _time_eagle_steps(target, width, rows, tree))  # fmt: skip
 
@@ -711,8 +716,6 @@ def _time_eagle_steps(
     length = min(STEP_PROMPT, target.max_length - STEP_TOKENS)
     prompts = torch.randint(0, target.vocab_size, (rows, length), generator=generator).tolist()
 
-    forwards = []  # the plain runs' 1-token forwards
-
     def beside(strategy: DecodingStrategy) -> list[float]:
         """Each step's seconds outside the target's forward, from the second step on (the first is the prompts'
         forward; in the second, EAGLE's head first reads their features)."""
@@ -725,8 +728,6 @@ def _time_eagle_steps(
         finally:
             pre.remove(), post.remove()
         times = [ends[k] for k in sorted(ends)]
-        if isinstance(strategy, _Plain):
-            forwards.extend(spent[1 : len(times)])
         return [times[k] - times[k - 1] - spent[k] for k in range(1, len(times))]
 
     def runs(strategy: DecodingStrategy) -> tuple[list[float], list[float]]:
@@ -746,8 +747,9 @@ def _time_eagle_steps(
     wide = statistics.median(runs(tree(2, 2 * width))[1])
     node = max(0.0, (wide - deeper) / (2 * width - 1))
     growth = batch_seconds(target, rows, length) / batch_seconds(target, rows, 1)  # the catch-up's entries
+    forward = _measure(target, CONTEXT, 5, rows, sizes=[1])[0][1]  # t(rows, 1) now, as the kept curve has it
     return {"step": max(0.0, one - plain - node), "depth": max(0.0, deeper - one), "node": node,
-            "read": max(0.0, first - one) / growth, "forward": statistics.median(forwards)}  # fmt: skip
+            "read": max(0.0, first - one) / growth, "forward": forward}  # fmt: skip
 
 
 def _runner_after_context(head: EagleHead, rows: int) -> HeadRunner:

@@ -548,10 +548,10 @@ def test_eagles_steps_are_measured_in_a_run_once_per_number_of_rows(tmp_path, mo
     assert len(list(tmp_path.glob("eagle-step-*.json"))) == 2
 
 
-def test_eagles_step_costs_are_shares_of_their_own_runs_forward(tmp_path, monkeypatch):
-    """`measure_eagle_steps` weighs what a step does beside its forward as a share of the forwards timed in the same
-    runs, not of the kept t(1, 1) timed at another hour: a host that runs everything twice as slowly while the steps
-    are timed gives the same costs (seconds here are made up: the timing runs are replaced)."""
+def test_eagles_step_costs_are_shares_of_a_forward_timed_beside_them(tmp_path, monkeypatch):
+    """`measure_eagle_steps` weighs what a step does beside its forward as a share of t(rows, 1) timed right after
+    the runs, not of the kept t(1, 1) timed at another hour: a host that runs everything twice as slowly while the
+    steps are timed gives the same costs (seconds here are made up: the timing runs are replaced)."""
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
     model = mtdecode.CausalLM(pair()[0])
     forward = tuning.batch_seconds(model, 2, 1)
