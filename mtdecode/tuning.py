@@ -675,23 +675,6 @@ def measure_eagle_steps(
     70 entries took 0.69 of one after 256, 101 against 146 ms timed alternately.) Measured once per head
     architecture, target architecture, width, number of rows, copy, number of runs and host, and kept on disk
     (`mtdecode.store`)."""
-    seconds = eagle_step_seconds(target, head, width, rows, tree, lookup=lookup)
-    # the steps' seconds as shares of the forward timed beside them, in units of the kept t(1, 1)
-    unit = seconds["forward"] / batch_relative(target, rows, 1)
-    return EagleStepCosts(*(seconds[part] / unit for part in EagleStepCosts._fields))
-
-
-def eagle_step_seconds(
-    target: CausalLM,
-    head: EagleHead,
-    width: int,
-    rows: int,
-    tree: Callable[[int, int], DecodingStrategy],
-    *,
-    lookup: bool,
-) -> dict[str, float]:
-    """`measure_eagle_steps`' timings as kept, in seconds: the parts of a step beside its forward (`EagleStepCosts`'
-    fields) and `"forward"`, t(rows, 1) timed right after them as `forward_costs` times it."""
 
     def kept() -> dict:
         key = {"head": store.module_key(head), "target": store.module_key(target.hf), "width": width, "rows": rows,
@@ -699,7 +682,11 @@ def eagle_step_seconds(
         return store.kept("eagle-step", {**key, "host": store.host_key()},
                           lambda: _time_eagle_steps(target, width, rows, tree))  # fmt: skip
 
-    return read_once((target, head), ("eagle-step", width, rows, lookup), kept)
+    # kept in seconds, with "forward": t(rows, 1) timed right after the runs
+    seconds = read_once((target, head), ("eagle-step", width, rows, lookup), kept)
+    # the steps' seconds as shares of the forward timed beside them, in units of the kept t(1, 1)
+    unit = seconds["forward"] / batch_relative(target, rows, 1)
+    return EagleStepCosts(*(seconds[part] / unit for part in EagleStepCosts._fields))
 
 
 class _Plain:
