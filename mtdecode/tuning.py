@@ -669,7 +669,7 @@ def measure_eagle_steps(
     The parts are kept with t(rows, 1) timed as the kept curve times it (`forward_costs`: the fastest of 5, after
     `CONTEXT` entries) right after the runs, and weighed as shares of that forward times the kept t(rows, 1): the
     host's speed moves from hour to hour (the 2-core Intel host ran t(8, 1) 1.45x slower one evening than when its
-    curve was kept that morning, and at its curve's speed twenty minutes later), and seconds timed in one hour over a
+    curve was kept that morning, and near its curve's speed twenty minutes later), and seconds timed in one hour over a
     forward timed in another would price a step's work by the two hours' speeds, not by what it costs beside its own
     forward. (The runs' own forwards, after 64 to 76 entries, are no such measure: at 32 rows a 1-token forward after
     70 entries took 0.69 of one after 256, 101 against 146 ms timed alternately.) Measured once per head
