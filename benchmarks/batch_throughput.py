@@ -499,11 +499,11 @@ def limit(
         )
     one = tuning.batch_seconds(model, batch, 1)
     added = tuning.batch_seconds(model, batch, 2) / one - 1
+    unit = tuning.batch_seconds(model, 1, 1)
     if isinstance(strategy, MTAD):
-        unit = tuning.batch_seconds(model, 1, 1)
         added += tuning.measure_beam_depth_cost(model, draft, strategy.beam_width, batch) * unit / one
     elif needs_draft(type(strategy)):
-        added += tuning.batch_seconds(draft, batch, 1) / one
+        added += tuning.draft_forward_cost(model, draft, batch) * unit / one
     return (
         f"limited by t({batch}, n): a first guess costs {added:.2f} of a batched greedy step, and the rows accepted "
         f"{stats.mean_accepted:.2f} guesses per forward"

@@ -32,7 +32,9 @@ The other measurements the rules weigh are kept here too, beside the forward cos
 (`batch_seconds`, `batch_draft_costs`), a draft's acceptance (`draft_acceptance`) and Jacobi's own
 (`jacobi_acceptance`), one more depth of an EAGLE head's tree (`measure_depth_cost`, with its parts in
 `depth_timings`), what an EAGLE step does beside its target forward in a batch, timed in a run
-(`measure_eagle_steps`), and one more depth of MTAD's beams (`measure_beam_depth_cost`).
+(`measure_eagle_steps`), and one more depth of MTAD's beams (`measure_beam_depth_cost`). Those timings, and a draft
+forward (`draft_forward_cost`), are kept with a target forward timed right after them and weighed as shares of it
+(`kept_beside_forward`), so that a host's speed at one hour does not price work timed at another.
 """
 
 import functools
@@ -189,9 +191,36 @@ def _placed(model: CausalLM | torch.nn.Module) -> tuple[str, str]:
     return ("", "") if first is None else (str(first.device), str(first.dtype))
 
 
-def kept_seconds(kind: str, key: dict, measure) -> float:
-    """A time measured once by `measure()` on this host and kept on disk under `key` (`mtdecode.store`)."""
-    return store.kept(kind, {**key, "host": store.host_key()}, lambda: {"seconds": measure()})["seconds"]
+#: what `kept_beside_forward` weighs a kept timing against: a part of its keys, so timings kept before are taken again
+AGAINST = "t(rows, 1) timed after"
+
+
+def kept_beside_forward(
+    kind: str, key: dict, target: CausalLM, rows: int, measure: Callable[[], dict[str, float]]
+) -> dict[str, float]:
+    """The seconds `measure()` times (by part) beside a forward of `target`, in units of the kept t(1, 1).
+
+    Measured once per `key`, target architecture, number of rows and host, and kept on disk (`mtdecode.store`) with
+    t(`rows`, 1) of the target timed right after them, as the kept curve times it (`forward_costs`: the fastest of 5,
+    after `CONTEXT` entries); each part is returned as its share of that forward times the kept t(rows, 1). The host's
+    speed moves from hour to hour (the 2-core Intel host ran t(8, 1) 1.45x slower one evening than when its curve
+    was kept that morning, and near its curve's speed twenty minutes later): seconds timed in one hour over a forward
+    timed in another would price the work by the two hours' speeds, not by what it costs beside a forward.
+    """
+
+    def timed() -> dict[str, float]:
+        seconds = measure()
+        return {**seconds, "forward": _time_forward(target, rows)}  # t(rows, 1) at the same moment
+
+    key = {**key, "target": store.module_key(target.hf), "rows": rows, "against": AGAINST, "host": store.host_key()}
+    value = store.kept(kind, key, timed)
+    unit = value["forward"] / batch_relative(target, rows, 1)  # the kept t(1, 1), in that moment's seconds
+    return {part: seconds / unit for part, seconds in value.items() if part != "forward"}
+
+
+def _time_forward(model: CausalLM, rows: int) -> float:
+    """t(rows, 1) now, as the kept curve times it: the fastest of 5 after `CONTEXT` entries per row."""
+    return _measure(model, CONTEXT, 5, rows, sizes=[1])[0][1]
 
 
 def measured_sizes(rows: int) -> list[int]:
@@ -246,14 +275,24 @@ def batch_seconds(model: CausalLM, rows: int, tokens: int) -> float:
     """t(rows, tokens): seconds of a forward over `tokens` new tokens in each of `rows` rows, measured at the
     neighbouring numbers of rows in `ROWS` and interpolated linearly between them (continued past the largest);
     between measured sizes, and past the largest measured for that many rows, as `relative_cost` does."""
-    if rows in ROWS:
-        costs = forward_costs(model) if rows == 1 else forward_costs(model, rows=rows)
+
+    def measured(r: int) -> float:
+        costs = forward_costs(model, rows=r)
         return relative_cost(costs, tokens) * costs[1]
+
+    return between_rows(rows, measured)
+
+
+def between_rows(rows: int, measured: Callable[[int], float]) -> float:
+    """`measured(rows)` where `rows` is one of `ROWS`; else interpolated linearly between the neighbouring numbers of
+    rows in `ROWS`, and past the largest, the last segment's slope continued."""
+    if rows in ROWS:
+        return measured(rows)
     below = max(r for r in ROWS if r <= rows)
     above = min([r for r in ROWS if r >= rows], default=None)
     if above is None:  # past the largest: continue the last segment's slope
         below, above = ROWS[-2], ROWS[-1]
-    low, high = batch_seconds(model, below, tokens), batch_seconds(model, above, tokens)
+    low, high = measured(below), measured(above)
     return low + (high - low) * (rows - below) / (above - below)
 
 
@@ -291,18 +330,34 @@ def batch_draft_costs(
     overhead: float | None = None,
 ) -> BatchCosts:
     """The `BatchCosts` of a batch of `rows` rows, measured on this host, in units of t(1, 1): the target's forwards
-    over 1..`longest` tokens per row and, per guess, a draft forward over one token per row (`draft` None: guesses
-    that cost nothing to make), or `draft_cost` if given (MTAD's, `measure_beam_depth_cost`). The curve is planned
-    (`batch_curve`) where there is a draft and as measured where there is none, unless `planned` says otherwise. One
-    row's are `draft_costs`' (or `copy_costs`'). `overhead`: what a step with guesses spends beside its forwards beyond
-    a plain step (`DraftCosts.overhead`; None: `step_overhead`), where the strategy measured it (`Eagle`'s,
-    `measure_eagle_steps`)."""
+    over 1..`longest` tokens per row and, per guess, a draft forward over one token per row (`draft_forward_cost`;
+    `draft` None: guesses that cost nothing to make), or `draft_cost` if given (MTAD's, `measure_beam_depth_cost`).
+    The curve is planned (`batch_curve`) where there is a draft and as measured where there is none, unless `planned`
+    says otherwise. One row's are `draft_costs`' (or `copy_costs`'). `overhead`: what a step with guesses spends
+    beside its forwards beyond a plain step (`DraftCosts.overhead`; None: `step_overhead`), where the strategy
+    measured it (`Eagle`'s, `measure_eagle_steps`)."""
     planned = draft is not None if planned is None else planned
     curve = batch_curve(target, rows, longest, planned=planned)
     if draft_cost is None:
-        draft_cost = 0.0 if draft is None else batch_seconds(draft, rows, 1) / forward_costs(target)[1]
+        draft_cost = 0.0 if draft is None else draft_forward_cost(target, draft, rows)
     overhead = step_overhead(rows) if overhead is None else overhead
     return BatchCosts({rows: DraftCosts(draft_cost, curve, overhead)}, margin=batch_margin(target, rows))
+
+
+def draft_forward_cost(target: CausalLM, draft: CausalLM, rows: int) -> float:
+    """A draft forward over one token per row for a batch of `rows` rows, in units of t(1, 1) of the target: the
+    draft's t(rows, 1) timed beside the target's (`kept_beside_forward`) at the numbers of rows in `ROWS`, and
+    interpolated between them (`between_rows`). The two models' kept curves were timed minutes apart, so their ratio
+    would mix two moments' speeds."""
+
+    def measured(r: int) -> float:
+        def kept() -> dict[str, float]:
+            key = {"draft": store.module_key(draft.hf)}
+            return kept_beside_forward("draft-forward", key, target, r, lambda: {"draft": _time_forward(draft, r)})
+
+        return read_once((target, draft), ("draft-forward", r), kept)["draft"]
+
+    return between_rows(rows, measured)
 
 
 def step_overhead(rows: int) -> float:
@@ -585,15 +640,17 @@ def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
 
 def measure_depth_cost(target: CausalLM, head: EagleHead, width: int, rows: int = 1) -> float:
     """One more depth of the tree for a batch of `rows` rows (a head forward over `width` nodes per row after
-    `CONTEXT` entries, the nodes' scores and the choice of children) against a 1-token target forward of one
-    row after as many tokens, both measured on this host (the fastest of 5 runs each; measured once per head
+    `CONTEXT` entries, the nodes' scores and the choice of children), the fastest of 5 runs, in units of a 1-token
+    target forward of one row: timed beside t(rows, 1) of the target (`kept_beside_forward`; measured once per head
     architecture, width, number of rows and host, and kept on disk like the target's costs, `mtdecode.store`)."""
 
-    def kept() -> float:
-        key = {"head": store.module_key(head), "width": width} | ({"rows": rows} if rows > 1 else {})
-        return kept_seconds("eagle-depth", key, lambda: _time_depth(head, width, rows=rows))
+    def kept() -> dict[str, float]:
+        key = {"head": store.module_key(head), "width": width}
+        return kept_beside_forward(
+            "eagle-depth", key, target, rows, lambda: {"depth": _time_depth(head, width, rows=rows)}
+        )
 
-    return read_once((head,), ("eagle-depth", width, rows), kept) / forward_costs(target)[1]
+    return read_once((target, head), ("eagle-depth", width, rows), kept)["depth"]
 
 
 #: entries per row over which the head's reading of the target's features is timed (`measure_read_cost`)
@@ -603,18 +660,18 @@ READ_TOKENS = 16
 def measure_read_cost(target: CausalLM, head: EagleHead, rows: int = 1) -> float:
     """The head reading the target's features for a batch of `rows` rows (a head forward over new entries after
     `CONTEXT` of them, as when a resting batch resumes), per entry: timed over `READ_TOKENS` entries per row (the
-    fastest of 5 runs; measured once per head architecture, number of rows and host, and kept on disk,
-    `mtdecode.store`) and divided by t(rows, `READ_TOKENS`) / t(rows, 1), in units of a 1-token target forward of
-    one row. A read over n entries per row is taken to cost this times t(rows, n) / t(rows, 1): both forwards grow
-    alike with their tokens (`DraftLength.catch_up` weighs a draft model's catch-up the same way)."""
+    fastest of 5 runs) beside t(rows, 1) of the target (`kept_beside_forward`; measured once per head architecture,
+    number of rows and host, and kept on disk, `mtdecode.store`) and divided by t(rows, `READ_TOKENS`) / t(rows, 1),
+    in units of a 1-token target forward of one row. A read over n entries per row is taken to cost this times
+    t(rows, n) / t(rows, 1): both forwards grow alike with their tokens (`DraftLength.catch_up` weighs a draft
+    model's catch-up the same way)."""
 
-    def kept() -> float:
-        key = {"head": store.module_key(head), "tokens": READ_TOKENS} | ({"rows": rows} if rows > 1 else {})
-        return kept_seconds("eagle-read", key, lambda: _time_read(head, rows))
+    def kept() -> dict[str, float]:
+        key = {"head": store.module_key(head), "tokens": READ_TOKENS}
+        return kept_beside_forward("eagle-read", key, target, rows, lambda: {"read": _time_read(head, rows)})
 
-    seconds = read_once((head,), ("eagle-read", rows), kept)
-    growth = batch_seconds(target, rows, READ_TOKENS) / batch_seconds(target, rows, 1)
-    return seconds / growth / forward_costs(target)[1]
+    read = read_once((target, head), ("eagle-read", rows), kept)["read"]
+    return read / (batch_seconds(target, rows, READ_TOKENS) / batch_seconds(target, rows, 1))
 
 
 #: new tokens per row over which `measure_eagle_steps` times EAGLE's steps, after prompts of `STEP_PROMPT` tokens
@@ -666,27 +723,18 @@ def measure_eagle_steps(
     step's over the plain one's, less a node; the catch-up per entry, the head's first drafting step (it reads the
     prompts) over its later ones, divided by t(rows, 64) / t(rows, 1).
 
-    The parts are kept with t(rows, 1) timed as the kept curve times it (`forward_costs`: the fastest of 5, after
-    `CONTEXT` entries) right after the runs, and weighed as shares of that forward times the kept t(rows, 1): the
-    host's speed moves from hour to hour (the 2-core Intel host ran t(8, 1) 1.45x slower one evening than when its
-    curve was kept that morning, and near its curve's speed twenty minutes later), and seconds timed in one hour over a
-    forward timed in another would price a step's work by the two hours' speeds, not by what it costs beside its own
-    forward. (The runs' own forwards, after 64 to 76 entries, are no such measure: at 32 rows a 1-token forward after
-    70 entries took 0.69 of one after 256, 101 against 146 ms timed alternately.) Measured once per head
-    architecture, target architecture, width, number of rows, copy, number of runs and host, and kept on disk
-    (`mtdecode.store`)."""
+    The parts are weighed as shares of t(rows, 1) timed right after the runs (`kept_beside_forward`). The runs' own
+    forwards, after 64 to 76 entries, are no such measure: at 32 rows a 1-token forward after 70 entries took 0.69 of
+    one after 256, 101 against 146 ms timed alternately. Measured once per head architecture, target architecture,
+    width, number of rows, copy, number of runs and host, and kept on disk (`mtdecode.store`)."""
 
-    def kept() -> dict:
-        key = {"head": store.module_key(head), "target": store.module_key(target.hf), "width": width, "rows": rows,
-               "lookup": lookup, "runs": STEP_RUNS, "against": "t(rows, 1) timed after"}  # fmt: skip
-        return store.kept("eagle-step", {**key, "host": store.host_key()},
-                          lambda: _time_eagle_steps(target, width, rows, tree))  # fmt: skip
+    def kept() -> dict[str, float]:
+        key = {"head": store.module_key(head), "width": width, "lookup": lookup, "runs": STEP_RUNS}
+        return kept_beside_forward(
+            "eagle-step", key, target, rows, lambda: _time_eagle_steps(target, width, rows, tree)
+        )
 
-    # kept in seconds, with "forward": t(rows, 1) timed right after the runs
-    seconds = read_once((target, head), ("eagle-step", width, rows, lookup), kept)
-    # the steps' seconds as shares of the forward timed beside them, in units of the kept t(1, 1)
-    unit = seconds["forward"] / batch_relative(target, rows, 1)
-    return EagleStepCosts(*(seconds[part] / unit for part in EagleStepCosts._fields))
+    return EagleStepCosts(**read_once((target, head), ("eagle-step", width, rows, lookup), kept))
 
 
 class _Plain:
@@ -734,9 +782,8 @@ def _time_eagle_steps(
     wide = statistics.median(runs(tree(2, 2 * width))[1])
     node = max(0.0, (wide - deeper) / (2 * width - 1))
     growth = batch_seconds(target, rows, length) / batch_seconds(target, rows, 1)  # the catch-up's entries
-    forward = _measure(target, CONTEXT, 5, rows, sizes=[1])[0][1]  # t(rows, 1) now, as the kept curve has it
     return {"step": max(0.0, one - plain - node), "depth": max(0.0, deeper - one), "node": node,
-            "read": max(0.0, first - one) / growth, "forward": forward}  # fmt: skip
+            "read": max(0.0, first - one) / growth}  # fmt: skip
 
 
 def _runner_after_context(head: EagleHead, rows: int) -> HeadRunner:
@@ -808,16 +855,18 @@ def depth_timings(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) 
 def measure_beam_depth_cost(target: CausalLM, draft: CausalLM, width: int, rows: int = 1) -> float:
     """One more depth of MTAD's beams for a batch of `rows` rows (a draft forward over `width` beam tokens per row
     after `CONTEXT` entries, then their children scored and the best `width` chosen, as
-    `mtdecode.strategies.mtad.beam_draft` does at temperature 0, with `mtdecode.beams`) against a 1-token target
-    forward of one row after as many tokens, both measured on this host (the fastest of 5 runs each; measured once
-    per draft architecture, width, number of rows and host, and kept on disk, `mtdecode.store`). The scoring is not
-    small beside the forward: it reads `width` x vocabulary probabilities per row in float64."""
+    `mtdecode.strategies.mtad.beam_draft` does at temperature 0, with `mtdecode.beams`), the fastest of 5 runs, in
+    units of a 1-token target forward of one row: timed beside t(rows, 1) of the target (`kept_beside_forward`;
+    measured once per draft architecture, width, number of rows and host, and kept on disk, `mtdecode.store`). The
+    scoring is not small beside the forward: it reads `width` x vocabulary probabilities per row in float64."""
 
-    def kept() -> float:
-        key = {"draft": store.module_key(draft.hf), "width": width} | ({"rows": rows} if rows > 1 else {})
-        return kept_seconds("beam-depth", key, lambda: _time_beam_depth(draft, width, rows))
+    def kept() -> dict[str, float]:
+        key = {"draft": store.module_key(draft.hf), "width": width}
+        return kept_beside_forward(
+            "beam-depth", key, target, rows, lambda: {"depth": _time_beam_depth(draft, width, rows)}
+        )
 
-    return read_once((draft,), ("beam-depth", width, rows), kept) / forward_costs(target)[1]
+    return read_once((target, draft), ("beam-depth", width, rows), kept)["depth"]
 
 
 def _time_beam_depth(draft: CausalLM, width: int, rows: int, repeats: int = 5) -> float:
@@ -844,9 +893,10 @@ def _time_beam_depth(draft: CausalLM, width: int, rows: int, repeats: int = 5) -
 
 def record_reference() -> None:
     """Measure the reference costs (`mtdecode.store.REFERENCE`) that the course's notebooks read: the default model's
-    forward costs, its draft's, one more depth of its EAGLE head's tree at the default width, one more depth of
-    MTAD's beams at its default width, the draft's acceptance (`draft_acceptance`) and Jacobi's
-    (`jacobi_acceptance`). Run it on an idle host; it replaces what was there."""
+    forward costs, its draft's, a draft forward beside a target forward (`draft_forward_cost`), one more depth of its
+    EAGLE head's tree at the default width, one more depth of MTAD's beams at its default width, the draft's
+    acceptance (`draft_acceptance`) and Jacobi's (`jacobi_acceptance`). Run it on an idle host; it replaces what
+    was there."""
     from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL, EAGLE_MODEL, load_model
 
     for path in store.REFERENCE.glob("*.json"):
@@ -854,7 +904,7 @@ def record_reference() -> None:
     os.environ["MTDECODE_COSTS"] = "record-reference"
     _COSTS.clear()
     target, draft = load_model(DEFAULT_MODEL), load_model(DRAFT_MODEL)
-    forward_costs(target), forward_costs(draft)
+    forward_costs(target), forward_costs(draft), draft_forward_cost(target, draft, 1)
     measure_depth_cost(target, load_model(EAGLE_MODEL), TREE_WIDTH)
     measure_beam_depth_cost(target, draft, BEAM_WIDTH)
     draft_acceptance(target, draft)

@@ -549,23 +549,39 @@ def test_eagles_steps_are_measured_in_a_run_once_per_number_of_rows(tmp_path, mo
     assert len(list(tmp_path.glob("eagle-step-*.json"))) == 2
 
 
-def test_eagles_step_costs_are_shares_of_a_forward_timed_beside_them(tmp_path, monkeypatch):
-    """`measure_eagle_steps` weighs what a step does beside its forward as a share of t(rows, 1) timed right after
-    the runs, not of the kept t(1, 1) timed at another hour: a host that runs everything twice as slowly while the
-    steps are timed gives the same costs (seconds here are made up: the timing runs are replaced)."""
+@pytest.mark.parametrize("timing", ["eagle steps", "eagle depth", "eagle read", "beam depth", "draft forward"])
+def test_kept_timings_are_shares_of_a_forward_timed_beside_them(tmp_path, monkeypatch, timing):
+    """Every timing the rules weigh beside the target's forwards (`tuning.kept_beside_forward`) is a share of t(rows, 1)
+    timed right after it, not of the kept t(1, 1) timed at another hour: a host that runs everything twice as slowly
+    while they are timed gives the same costs (the seconds here are made up: the timers are replaced)."""
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
-    model = mtdecode.CausalLM(pair()[0])
-    forward = tuning.batch_seconds(model, 2, 1)
-    timed = {"step": 0.3 * forward, "depth": 0.2 * forward, "node": 0.01 * forward, "read": 0.05 * forward}
-    costs = []
-    for slower in (1.0, 2.0):
+    target, draft = (mtdecode.CausalLM(model) for model in pair())
+    rows, share = 2, 0.3
+    forward = tuning.batch_seconds(target, rows, 1)  # the kept curve, measured before the timers are replaced
+    growth = tuning.batch_seconds(target, rows, tuning.READ_TOKENS) / forward  # a read is weighed per entry
+    steps = functools.partial(tuning.measure_eagle_steps, target, head(), 3, rows, lambda d, n: None, lookup=True)
+    timers = {  # the timer replaced, and the cost as the rules get it
+        "eagle steps": ("_time_eagle_steps", lambda: steps().step),
+        "eagle depth": ("_time_depth", lambda: tuning.measure_depth_cost(target, head(), 3, rows)),
+        "eagle read": ("_time_read", lambda: tuning.measure_read_cost(target, head(), rows) * growth),
+        "beam depth": ("_time_beam_depth", lambda: tuning.measure_beam_depth_cost(target, draft, 2, rows)),
+        "draft forward": (None, lambda: tuning.draft_forward_cost(target, draft, rows)),
+    }
+    timer, cost = timers[timing]
+
+    def timed(slower: float) -> float:
+        """The cost, measured in its own folder on a host `slower` times as slow as the kept curve says."""
         monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path / f"x{slower}"))
-        seconds = {part: slower * value for part, value in {**timed, "forward": forward}.items()}
-        monkeypatch.setattr(tuning, "_time_eagle_steps", lambda *a, seconds=seconds: seconds)
-        costs.append(tuning.measure_eagle_steps(model, head(), 3, 2, lambda d, n: None, lookup=True))
-    assert tuple(costs[0]) == pytest.approx(tuple(costs[1]), rel=1e-12), costs
-    unit = tuning.forward_costs(model)[1]
-    assert costs[0].step == pytest.approx(0.3 * forward / unit), costs  # a share of t(2, 1), in units of t(1, 1)
+        seconds = slower * share * forward
+        if timer is not None:
+            parts = dict.fromkeys(tuning.EagleStepCosts._fields, seconds)
+            monkeypatch.setattr(tuning, timer, lambda *_, **__: parts if timer == "_time_eagle_steps" else seconds)
+        monkeypatch.setattr(tuning, "_time_forward", lambda model, _: seconds if model is draft else slower * forward)
+        return cost()
+
+    costs = [timed(1.0), timed(2.0)]
+    # a share of t(2, 1), in units of t(1, 1)
+    assert costs == pytest.approx([share * tuning.batch_relative(target, rows, 1)] * 2, rel=1e-12), costs
 
 
 @pytest.mark.parametrize("runs", [1, tuning.STEP_RUNS])

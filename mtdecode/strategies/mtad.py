@@ -99,9 +99,8 @@ class MTAD:
             )
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
-            resting = length is not None and length.idle(  # the batch rests on; its catch-up as `start` weighs it
-                reading=length.catch_up(max(map(len, s.unread(draft)))), rows=k > 0
-            )  # (what the draft reads first when it drafts again)
+            # the batch rests on, weighing the draft's catch-up when it drafts again as `start` does
+            resting = length is not None and length.idle_before_catch_up(list(map(len, s.unread(draft))), rows=k > 0)
             if resting:
                 length.rest(k > 0)
                 yield plain_step(s, draft)
