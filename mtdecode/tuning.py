@@ -661,17 +661,15 @@ def measure_read_cost(target: CausalLM, head: EagleHead, rows: int = 1) -> float
     """The head reading the target's features for a batch of `rows` rows (a head forward over new entries after
     `CONTEXT` of them, as when a resting batch resumes), per entry: timed over `READ_TOKENS` entries per row (the
     fastest of 5 runs) beside t(rows, 1) of the target (`kept_beside_forward`; measured once per head architecture,
-    number of rows and host, and kept on disk, `mtdecode.store`) and divided by t(rows, `READ_TOKENS`) / t(rows, 1),
-    in units of a 1-token target forward of one row. A read over n entries per row is taken to cost this times
-    t(rows, n) / t(rows, 1): both forwards grow alike with their tokens (`DraftLength.catch_up` weighs a draft
-    model's catch-up the same way)."""
+    number of rows and host, and kept on disk, `mtdecode.store`) and divided by `READ_TOKENS`, in units of a 1-token
+    target forward of one row. A read over n entries per row is taken to cost n times this: the head's read grows in
+    proportion to its entries, faster than the target's forward (`mtdecode.strategies.eagle.reading_cost`)."""
 
     def kept() -> dict[str, float]:
         key = {"head": store.module_key(head), "tokens": READ_TOKENS}
         return kept_beside_forward("eagle-read", key, target, rows, lambda: {"read": _time_read(head, rows)})
 
-    read = read_once((target, head), ("eagle-read", rows), kept)["read"]
-    return read / (batch_seconds(target, rows, READ_TOKENS) / batch_seconds(target, rows, 1))
+    return read_once((target, head), ("eagle-read", rows), kept)["read"] / READ_TOKENS
 
 
 #: new tokens per row over which `measure_eagle_steps` times EAGLE's steps, after prompts of `STEP_PROMPT` tokens
@@ -692,8 +690,8 @@ class EagleStepCosts(NamedTuple):
     depth: float
     #: each verified node: the tree's masks and the verification grow with it
     node: float
-    #: the head's catch-up per entry read, as `measure_read_cost` gives it (a read of n entries per row costing this
-    #: times t(rows, n) / t(rows, 1)), from the step in which the head first read the prompts
+    #: the head's catch-up per entry read, as `measure_read_cost` gives it (a read of n entries per row costing n
+    #: times this), from the step in which the head first read the prompts
     read: float
 
 
@@ -721,7 +719,7 @@ def measure_eagle_steps(
     run's came to 0.056 t(1, 1) per entry and two more to 0.119 and 0.090). A node's share is the 2 W-node step's over
     the 1-node one's, per extra node; a depth, two depths' step over one's; the step's overhead, the one-depth one-node
     step's over the plain one's, less a node; the catch-up per entry, the head's first drafting step (it reads the
-    prompts) over its later ones, divided by t(rows, 64) / t(rows, 1).
+    prompts) over its later ones, divided by the prompts' entries less one (a later step reads one or two).
 
     The parts are weighed as shares of t(rows, 1) timed right after the runs (`kept_beside_forward`). The runs' own
     forwards, after 64 to 76 entries, are no such measure: at 32 rows a 1-token forward after 70 entries took 0.69 of
@@ -729,7 +727,7 @@ def measure_eagle_steps(
     width, number of rows, copy, number of runs and host, and kept on disk (`mtdecode.store`)."""
 
     def kept() -> dict[str, float]:
-        key = {"head": store.module_key(head), "width": width, "lookup": lookup, "runs": STEP_RUNS}
+        key = {"head": store.module_key(head), "width": width, "lookup": lookup, "runs": STEP_RUNS, "read": "per entry"}
         return kept_beside_forward(
             "eagle-step", key, target, rows, lambda: _time_eagle_steps(target, width, rows, tree)
         )
@@ -781,9 +779,8 @@ def _time_eagle_steps(
     deeper = statistics.median(runs(tree(2, 1))[1])
     wide = statistics.median(runs(tree(2, 2 * width))[1])
     node = max(0.0, (wide - deeper) / (2 * width - 1))
-    growth = batch_seconds(target, rows, length) / batch_seconds(target, rows, 1)  # the catch-up's entries
     return {"step": max(0.0, one - plain - node), "depth": max(0.0, deeper - one), "node": node,
-            "read": max(0.0, first - one) / growth}  # fmt: skip
+            "read": max(0.0, first - one) / (length - 1)}  # fmt: skip
 
 
 def _runner_after_context(head: EagleHead, rows: int) -> HeadRunner:

@@ -558,12 +558,11 @@ def test_kept_timings_are_shares_of_a_forward_timed_beside_them(tmp_path, monkey
     target, draft = (mtdecode.CausalLM(model) for model in pair())
     rows, share = 2, 0.3
     forward = tuning.batch_seconds(target, rows, 1)  # the kept curve, measured before the timers are replaced
-    growth = tuning.batch_seconds(target, rows, tuning.READ_TOKENS) / forward  # a read is weighed per entry
     steps = functools.partial(tuning.measure_eagle_steps, target, head(), 3, rows, lambda d, n: None, lookup=True)
     timers = {  # the timer replaced, and the cost as the rules get it
         "eagle steps": ("_time_eagle_steps", lambda: steps().step),
         "eagle depth": ("_time_depth", lambda: tuning.measure_depth_cost(target, head(), 3, rows)),
-        "eagle read": ("_time_read", lambda: tuning.measure_read_cost(target, head(), rows) * growth),
+        "eagle read": ("_time_read", lambda: tuning.measure_read_cost(target, head(), rows) * tuning.READ_TOKENS),
         "beam depth": ("_time_beam_depth", lambda: tuning.measure_beam_depth_cost(target, draft, 2, rows)),
         "draft forward": (None, lambda: tuning.draft_forward_cost(target, draft, rows)),
     }
@@ -610,8 +609,7 @@ def test_one_slow_catch_up_sets_the_heads_read_only_when_it_is_the_only_sample(t
         model, head(), 3, 2, lambda depth, nodes: Eagle(head(), depth=depth, width=3, tree_size=nodes), lookup=True
     )
     (kept,) = tmp_path.glob("eagle-step-*.json")  # the timings as kept, in seconds
-    growth = tuning.batch_seconds(model, 2, tuning.STEP_PROMPT) / tuning.batch_seconds(model, 2, 1)
-    seconds = json.loads(kept.read_text())["value"]["read"] * growth  # the catch-up over the prompts
+    seconds = json.loads(kept.read_text())["value"]["read"] * (tuning.STEP_PROMPT - 1)  # the catch-up on the prompts
     assert len(catch_ups) >= 1 + runs
     assert (seconds > 0.25) == (runs == 1), (runs, seconds)
 
@@ -619,6 +617,8 @@ def test_one_slow_catch_up_sets_the_heads_read_only_when_it_is_the_only_sample(t
 def test_the_heads_reading_is_measured_once_per_number_of_rows(tmp_path, monkeypatch):
     """`tuning.measure_read_cost`: a positive cost per entry, kept on disk (the same number again, one file per number
     of rows), and refused as an argument when it is not a cost."""
+    from mtdecode.strategies.eagle import reading_cost
+
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
     model = mtdecode.CausalLM(pair()[0])
@@ -626,6 +626,8 @@ def test_the_heads_reading_is_measured_once_per_number_of_rows(tmp_path, monkeyp
     assert one > 0 and two > 0
     assert tuning.measure_read_cost(model, head(), 2) == two
     assert len(list(tmp_path.glob("eagle-read-*.json"))) == 2
+    # a read is priced in proportion to its entries (the head's grows faster than the target's forward)
+    assert reading_cost(two, 158) == pytest.approx(158 * two) and reading_cost(two, 0) == reading_cost(None, 5) == 0
     for nonsense in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="read_cost"):
             Eagle(head(), read_cost=nonsense)
