@@ -500,13 +500,13 @@ class DraftLength:
             return torch.ones_like(self.rested, dtype=torch.bool)
         return self.remaining().to(self.rested.device) > 2 * patience
 
-    @no_type_check
     def idle_before_catch_up(self, unread: Sequence[int], rows: Bool[Tensor, " batch"]) -> bool:
         """`idle` for a strategy whose draft model must read `unread` tokens per row before its next guess: the
         `rows` that may draft now, and the widest row's catch-up (`catch_up`) as the `reading` a try pays for, as
         `start` weighs it."""
         return self.idle(reading=self.catch_up(max(unread)), rows=rows)
 
+    @no_type_check
     def catch_up(self, unread: int) -> float:
         """What the draft's first forward of a step costs beyond one token per row when it must read `unread` tokens
         per row first: c (t(unread) / t(1) - 1), the draft's forward taken to grow with its tokens as the target's
