@@ -20,6 +20,8 @@ checks its logits against `sdpa`'s; `tests/test_batch.py` decodes its Llama batc
 tests run it, each against greedy decoding.
 """
 
+from typing import no_type_check
+
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
@@ -36,6 +38,7 @@ GROUPED_SDPA = "mtdecode_grouped_sdpa"
 _IN_KERNEL = is_torch_greater_or_equal("2.5")
 
 
+@no_type_check  # per attention layer per forward (see `mtdecode.tensor_types`)
 def grouped_sdpa(
     module: torch.nn.Module,
     query: Float[Tensor, "batch heads query head_dim"],

@@ -32,6 +32,7 @@ therefore never keeps every rejected guess's entry: the cache has at most about 
 columns of its longest row. A batch of one never has holes.
 """
 
+import functools
 import inspect
 from collections.abc import Sequence
 from typing import no_type_check
@@ -47,10 +48,17 @@ from mtdecode.tensor_types import Bool, Float, Int, Tensor
 _PACK_AT_LEAST = 16
 
 
+@no_type_check  # a plain string, asked per forward by decoders that hold no adapter (see `mtdecode.tensor_types`)
 def cache_keyword(forward) -> str | None:
     """The keyword by which a transformers `forward` takes its KV cache: `cache` (transformers 5.24 renamed it) or
     `past_key_values` (before; still accepted, with a warning, until 5.40); None if it takes neither."""
-    parameters = inspect.signature(forward).parameters
+    return _cache_keyword(getattr(forward, "__func__", forward))  # a bound method: its class's function
+
+
+@functools.lru_cache(maxsize=256)
+def _cache_keyword(function) -> str | None:
+    """`cache_keyword` of a function, read from its signature once (reading one costs about 0.1 ms)."""
+    parameters = inspect.signature(function).parameters
     return next((name for name in ("cache", "past_key_values") if name in parameters), None)
 
 

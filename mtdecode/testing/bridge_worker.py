@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import traceback
+from typing import no_type_check
 
 
 def open_channel():
@@ -55,6 +56,7 @@ def import_target(target: str):
     return found
 
 
+@no_type_check  # plain values, per forward (see `mtdecode.tensor_types`)
 def cached_length(kwargs: dict):
     """Tokens already in the cache a forward is given (None: no cache), for legacy tuples and Cache objects alike."""
     cache = kwargs.get("cache", kwargs.get("past_key_values"))  # transformers 5.24 renamed it `cache`
@@ -66,6 +68,7 @@ def cached_length(kwargs: dict):
     return int(length()) if length is not None else None
 
 
+@no_type_check
 def fed_tokens(args: tuple, kwargs: dict) -> int:
     """Tokens per row that a forward is fed."""
     import torch

@@ -18,6 +18,7 @@ guess: the check then ends *inconclusive*.
 import contextlib
 import threading
 from dataclasses import dataclass, field
+from typing import no_type_check
 
 from mtdecode.testing.bridge_worker import cached_length, fed_tokens  # the worker counts as we do
 
@@ -48,11 +49,13 @@ class Coverage:
         """Committed tokens per forward, over all calls (1.0 or less for a decoder that never guesses)."""
         return self.committed / max(self.forwards, 1)
 
+    @no_type_check  # plain values, per decoder call and per forward (see `mtdecode.tensor_types`)
     def begin_call(self) -> None:
         """A decoder call starts: the next forward is its prefill."""
         self.calls += 1
         self._call = {"forwards": 0, "last_fed": 0}
 
+    @no_type_check
     def end_call(self, outputs: list) -> None:
         """A decoder call ended with these rows."""
         longest = max((len(o) for o in outputs), default=0)
@@ -61,6 +64,7 @@ class Coverage:
             self.calls_ahead += 1
         self._call = {}
 
+    @no_type_check
     def record(self, fed: int, cached: int | None) -> None:
         """One forward that fed `fed` tokens per row, with `cached` tokens already in its cache (None: no cache)."""
         call = self._call
@@ -119,6 +123,7 @@ def active() -> Coverage | None:
 def watching(model, coverage: Coverage):
     """Record every forward of `model` (a transformers model) in `coverage` while the block runs."""
 
+    @no_type_check
     def hook(module, args, kwargs):
         if module is model:  # a deep copy of the model (a draft made from it) carries the hook: ignore its calls
             coverage.record(fed_tokens(args, kwargs), cached_length(kwargs))

@@ -30,6 +30,7 @@ exact law of successive draws.
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import no_type_check
 
 import torch
 
@@ -146,6 +147,7 @@ class ContractError(Exception):
     """The sampler returned something that cannot be "the accepted tokens plus one more"."""
 
 
+@no_type_check  # plain lists, per draw (see `mtdecode.tensor_types`)
 def check_contract(output, drafted: list[int], vocab: int) -> list[int]:
     """The output as a list, or `ContractError` saying which rule it breaks."""
     tokens = output.tolist() if isinstance(output, Tensor) else list(output)

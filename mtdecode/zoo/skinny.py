@@ -35,6 +35,8 @@ gradients are off; float64 (which oneDNN does not multiply) and training keep th
 transposed product.
 """
 
+from typing import no_type_check
+
 import torch
 from torch import nn
 from torch.utils.weak import WeakTensorKeyDictionary
@@ -48,6 +50,7 @@ MAX_SKINNY_ROWS = 8
 PADDED_WIDTH = {1: 2, 2: 4, 3: 4}
 
 
+@no_type_check  # per linear layer per forward (see `mtdecode.tensor_types`)
 def skinny_matmul(
     x: Float[Tensor, "*rows dim_in"], weight: Float[Tensor, "dim_out dim_in"]
 ) -> Float[Tensor, "*rows dim_out"]:
@@ -70,6 +73,7 @@ PACKED_FOR_ROWS = 4
 _HAVE_ONEDNN = torch.backends.mkldnn.is_available()
 
 
+@no_type_check
 def uses_onednn(x: Tensor, weight: Tensor) -> bool:
     """Whether `fast_matmul` multiplies `x` by `weight` with oneDNN: float32 on CPU, no gradients, default precision."""
     return (
@@ -83,12 +87,14 @@ def uses_onednn(x: Tensor, weight: Tensor) -> bool:
     )
 
 
+@no_type_check
 def _ieee_float32() -> bool:
     """False when a user asked oneDNN for bf16 or tf32 products in float32 (they would not be exact float32)."""
     precision = getattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision", "none")
     return precision in ("none", "ieee")
 
 
+@no_type_check
 def packed(weight: Float[Tensor, "dim_out dim_in"]) -> Tensor:
     """oneDNN's blocked copy of `weight`, made once and made again if the weight changes in place."""
     version = (weight.data_ptr(), weight._version)
@@ -103,6 +109,7 @@ def packed(weight: Float[Tensor, "dim_out dim_in"]) -> Tensor:
 _PACKED = WeakTensorKeyDictionary()
 
 
+@no_type_check
 def fast_matmul(
     x: Float[Tensor, "*rows dim_in"], weight: Float[Tensor, "dim_out dim_in"]
 ) -> Float[Tensor, "*rows dim_out"]:
@@ -115,6 +122,7 @@ def fast_matmul(
 class SkinnyLinear(nn.Linear):
     """An `nn.Linear` whose forward is `fast_matmul` (same parameters, same state dict)."""
 
+    @no_type_check
     def forward(self, x: Tensor) -> Tensor:
         y = fast_matmul(x, self.weight)
         return y if self.bias is None else y + self.bias
