@@ -54,8 +54,11 @@ if PINNED_THREADS:
 elif "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 # the Python processes a test starts (the CLI, another project's pytest, the bridge's worker, a second process
-# for seeds) get the same share: with every core each, they would wait for the other workers' threads
-os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+# for seeds) get the same share: with every core each, they would wait for the other workers' threads. Set, not
+# set by default: pytest-xdist's controller runs this file first, with every core, and its workers inherit its
+# environment (until stop 72 every such process ran 2 threads beside a busy worker: another project's pytest
+# took 52 s beside a notebook instead of 14 s)
+os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
 
 
 # Measured costs are kept on disk between processes (`mtdecode.store`). The tests keep theirs in a folder of this
