@@ -32,8 +32,9 @@ therefore never keeps every rejected guess's entry: the cache has at most about 
 columns of its longest row. A batch of one never has holes.
 """
 
-import functools
+import contextlib
 import inspect
+import weakref
 from collections.abc import Sequence
 from typing import no_type_check
 
@@ -48,18 +49,22 @@ from mtdecode.tensor_types import Bool, Float, Int, Tensor
 _PACK_AT_LEAST = 16
 
 
+#: function -> the keyword `cache_keyword` read from its signature (about 0.1 ms a reading), held weakly
+_CACHE_KEYWORDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 @no_type_check  # a plain string, asked per forward by decoders that hold no adapter (see `mtdecode.tensor_types`)
 def cache_keyword(forward) -> str | None:
     """The keyword by which a transformers `forward` takes its KV cache: `cache` (transformers 5.24 renamed it) or
     `past_key_values` (before; still accepted, with a warning, until 5.40); None if it takes neither."""
-    return _cache_keyword(getattr(forward, "__func__", forward))  # a bound method: its class's function
-
-
-@functools.lru_cache(maxsize=256)
-def _cache_keyword(function) -> str | None:
-    """`cache_keyword` of a function, read from its signature once (reading one costs about 0.1 ms)."""
+    function = getattr(forward, "__func__", forward)  # a bound method: its class's function, read once per class
+    with contextlib.suppress(KeyError, TypeError):  # TypeError: not weakly referenceable, so read every time
+        return _CACHE_KEYWORDS[function]
     parameters = inspect.signature(function).parameters
-    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
+    keyword = next((name for name in ("cache", "past_key_values") if name in parameters), None)
+    with contextlib.suppress(TypeError):
+        _CACHE_KEYWORDS[function] = keyword
+    return keyword
 
 
 class KVCache:
