@@ -39,7 +39,7 @@ plain values (`cache.kv.cache_keyword`, the oracle's forward counters) and the l
 forward once per layer: `SkinnyLinear.forward` and the products behind it (`mtdecode.zoo.skinny`) and
 `mtdecode.attention.grouped_sdpa`. SmolLM2's forward calls 211 linear layers and 30 attention layers; checking
 the layers added about 70 microseconds to each linear layer (a 576 x 576 product over one row takes 55), about
-15 ms to every forward of SmolLM2. Their results are compared with torch's own product and attention, shapes
+15 ms to every forward of SmolLM2. Their results are compared with torch's own product and transformers' sdpa, shapes
 included, in tests/test_zoo.py and tests/test_adapter.py, and what the model returns is checked where mtdecode
 reads it (`CausalLM.forward`).
 Other functions that take or return tensors stay checked. The tests switch the checks off only where other
