@@ -417,7 +417,7 @@ def strategies(draft, only: list[str] | None = None) -> dict:
 
 def cost_line(model, batch: int) -> str:
     """t(B, n) / t(B, 1) for a few n, t(B, 1) / t(1, 1), and the batch rule's margin (`tuning.batch_margin`: kept
-    with t(B, n), it grows with the scatter of their measurement, and a large one keeps the batch from guessing)."""
+    with t(B, n), it grows with how uncertain their measurement is, and a large one keeps the batch from guessing)."""
     one = tuning.batch_seconds(model, batch, 1)
     curve = ", ".join(f"{n}: {tuning.batch_seconds(model, batch, n) / one:.2f}" for n in (2, 4, 8, 16, 32))
     unit = tuning.batch_seconds(model, 1, 1)

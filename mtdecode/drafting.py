@@ -156,8 +156,8 @@ class BatchCosts:
       one row, so that steps of different batches compare. Between measured numbers of rows they are
       interpolated linearly, and continued past the largest.
     - `margin`: how much sooner a step with guesses must be predicted to end the batch than one without, as a
-      fraction, before it counts as a gain: the costs' measured scatter and what the model leaves out (each step's
-      bookkeeping). `mtdecode.tuning.batch_draft_costs` sets it from the measurement.
+      fraction, before it counts as a gain: how uncertain the measured costs are and what the model leaves out (each
+      step's bookkeeping). `mtdecode.tuning.batch_draft_costs` sets it from the measurement.
     """
 
     by_rows: Mapping[int, DraftCosts]

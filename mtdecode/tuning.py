@@ -23,7 +23,7 @@ describe those prompts, not the text you decode; the settings they give are a st
 point that `benchmarks/speedup.py` checks.
 
 The model leaves out each step's bookkeeping, and the costs are measured on a shared machine,
-so a predicted gain counts only if it exceeds the measurement's own scatter (`margin`; a measurement
+so a predicted gain counts only if it exceeds the measurement's own uncertainty (`margin`; a measurement
 taken in a busy moment is taken again, `quietest`): below that, `Lookahead()` decodes greedily.
 `lookahead_plan` words the choice, which `Lookahead` records in `result.stats.choices` and `generate`
 turns into a `GreedyFallbackWarning` when it is greedy.
@@ -88,10 +88,33 @@ MOST_TOKENS = 1024
 #: guessing (0.12 at both, measured this way)
 QUIET, QUIET_TRIES = 0.05, 3
 
-#: model -> device -> (fastest seconds per size, scatter per size), as read from `mtdecode.store`
-_COSTS: "weakref.WeakKeyDictionary[CausalLM, dict[str, tuple[dict[int, float], dict[int, float]]]]" = (
-    weakref.WeakKeyDictionary()
-)
+
+class Timed(NamedTuple):
+    """The forward costs per number of new tokens, from repeats of their timing (`summarise`): the fastest repeat's
+    seconds (`costs`), and how far above it, relative to it, lie the median repeat (`scatter`: the host's noise while
+    they were timed) and the second fastest (`second`: how uncertain the fastest itself is)."""
+
+    costs: dict[int, float]
+    scatter: dict[int, float]
+    second: dict[int, float]
+
+
+def summarise(times: dict[int, list[float]]) -> Timed:
+    """The `Timed` of every repeat's seconds per number of new tokens."""
+    # the fastest repeat: on a shared machine noise only ever adds time (medians of 3 put a 2-token forward
+    # anywhere from 1.10x to 1.43x of one token in runs an hour apart)
+    ordered = {n: sorted(t) for n, t in times.items()}
+    fastest = {n: t[0] for n, t in ordered.items()}
+    above = lambda seconds, n: seconds / fastest[n] - 1  # noqa: E731  relative to the fastest
+    return Timed(
+        fastest,
+        scatter={n: above(statistics.median(t), n) for n, t in ordered.items()},
+        second={n: above(t[min(1, len(t) - 1)], n) for n, t in ordered.items()},
+    )
+
+
+#: model -> device -> the kept `Timed` (`second` empty for one row, whose kept measurements predate it)
+_COSTS: "weakref.WeakKeyDictionary[CausalLM, dict[str, Timed]]" = weakref.WeakKeyDictionary()
 
 
 def use_reference_costs() -> None:
@@ -116,44 +139,66 @@ def forward_costs(
     (`mtdecode.store`): every later call, in this process or another, gets the same numbers, so the rules that weigh
     them make the same choices and a seeded run repeats.
     """
-    return _measured(model, context, repeats, rows)[0]
+    return _measured(model, context, repeats, rows).costs
 
 
 def scatter(model: CausalLM, *, rows: int = 1) -> dict[int, float]:
-    """How far the median of `forward_costs`' repeats lies above the fastest, relative to it, per size: the
-    measurement's own uncertainty on this host (noise only ever adds time)."""
-    return _measured(model, CONTEXT, None, rows)[1]
+    """How far the median of `forward_costs`' repeats lies above the fastest, relative to it, per size: the host's
+    noise while they were measured (noise only ever adds time)."""
+    return _measured(model, CONTEXT, None, rows).scatter
 
 
-def _measured(
-    model: CausalLM, context: int, repeats: int | None, rows: int = 1
-) -> tuple[dict[int, float], dict[int, float]]:
+def uncertainty(model: CausalLM, *, rows: int) -> float:
+    """How uncertain each of `forward_costs`' fastest seconds for `rows` rows (more than one) is, relative to it: how
+    far the second fastest of its repeats lies above it, averaged over the sizes measured together (one size's gap
+    alone swings from nothing to a tenth). The median lies further above (`scatter`), but it measures the host's noise,
+    not how far the fastest moves from one measurement to the next: on the 2-core AMD EPYC host, 12 measurements of
+    t(4, 1) and t(4, 2) in a row set their ratio with a standard deviation of 0.051, where the median's distances
+    above the fastest summed to 0.18 on average and the second fastest's to 0.10 ([Benchmark](benchmark.md))."""
+    if rows == 1:
+        raise ValueError("one row's kept forward costs have no second fastest: its margin is `scatter`'s")
+    return statistics.fmean(_measured(model, CONTEXT, None, rows).second.values())
+
+
+#: what a batch's kept forward costs hold, a part of their key: costs kept before `Timed.second` are measured again
+BATCH_PARTS = ("costs", "scatter", "second")
+
+
+def _measured(model: CausalLM, context: int, repeats: int | None, rows: int = 1) -> Timed:
     repeats = repeats or 5
     per_device = _COSTS.setdefault(model, {})
     key = f"{model.device} {context} {repeats} {rows}"
     if key not in per_device:
         what = {"model": store.module_key(model.hf), "host": store.host_key(), "context": context, "repeats": repeats}
-        if rows > 1:  # one row keeps the key it always had, so what was kept (and the reference costs) stays valid
-            what["rows"] = rows
+        parts = BATCH_PARTS if rows > 1 else BATCH_PARTS[:2]
+        if rows > 1:  # one row keeps the key and parts it always had, so what was kept (and the reference costs) stays
+            what.update(rows=rows, parts=list(parts))
 
         def measure() -> dict:
-            costs, spread = quietest(lambda: _measure(model, context, repeats, rows))
-            return {"costs": costs, "scatter": spread}
+            timed = quietest(lambda: _measure(model, context, repeats, rows))
+            return {part: timed._asdict()[part] for part in parts}
 
         value = store.kept("forward", what, measure)
-        per_device[key] = tuple({int(n): t for n, t in value[part].items()} for part in ("costs", "scatter"))
+        per_device[key] = Timed(*({int(n): t for n, t in value.get(part, {}).items()} for part in BATCH_PARTS))
     return per_device[key]
 
 
-def quietest(measure_once, tries: int = QUIET_TRIES, quiet: float = QUIET) -> tuple[dict[int, float], dict[int, float]]:
-    """The quietest of up to `tries` calls of `measure_once()` (each returning the fastest seconds and the scatter per
-    size, as `_measure` does): measured again while the mean scatter over the sizes exceeds `quiet`, and the call
-    with the least mean scatter kept whole. The costs are measured once and kept, so without this a busy minute at
-    that one moment would keep its scatter, and the margins it sets (`margin`, `batch_margin`), for good."""
+def quietest(
+    measure_once: Callable[[], dict[int, list[float]]], tries: int = QUIET_TRIES, quiet: float = QUIET
+) -> Timed:
+    """Up to `tries` calls of `measure_once()` (each every repeat's seconds per size, as `_measure` returns them):
+    measured again while the last call's mean scatter over the sizes exceeds `quiet`. The costs are the fastest over
+    every call's repeats and `second` the second fastest of them (noise only ever adds time, so more repeats come
+    closer to the cost); the scatter is the quietest call's. The costs are measured once and kept, so without this
+    a busy minute at that one moment would keep its slow forwards and its scatter, and the margins they set
+    (`margin`, `batch_margin`), for good: on the 2-core AMD EPYC host one such minute kept t(4, 2) at 1.33 t(4, 1),
+    where the measurement before had kept 1.16."""
     calls = [measure_once()]
-    while len(calls) < tries and statistics.fmean(calls[-1][1].values()) > quiet:
+    while len(calls) < tries and statistics.fmean(summarise(calls[-1]).scatter.values()) > quiet:
         calls.append(measure_once())
-    return min(calls, key=lambda call: statistics.fmean(call[1].values()))
+    pooled = summarise({n: [seconds for call in calls for seconds in call[n]] for n in calls[0]})
+    quietest_call = min(map(summarise, calls), key=lambda call: statistics.fmean(call.scatter.values()))
+    return pooled._replace(scatter=quietest_call.scatter)
 
 
 class _Answers(dict):
@@ -220,7 +265,7 @@ def kept_beside_forward(
 
 def _time_forward(model: CausalLM, rows: int) -> float:
     """t(rows, 1) now, as the kept curve times it: the fastest of 5 after `CONTEXT` entries per row."""
-    return _measure(model, CONTEXT, 5, rows, sizes=[1])[0][1]
+    return min(_measure(model, CONTEXT, 5, rows, sizes=[1])[1])
 
 
 def measured_sizes(rows: int) -> list[int]:
@@ -230,7 +275,9 @@ def measured_sizes(rows: int) -> list[int]:
 
 def _measure(
     model: CausalLM, context: int, repeats: int, rows: int = 1, sizes: Sequence[int] | None = None
-) -> tuple[dict[int, float], dict[int, float]]:
+) -> dict[int, list[float]]:
+    """Every repeat's seconds of a forward over n new tokens per row of `rows` rows after `context` cached entries,
+    for n in `sizes` (default: `measured_sizes`), the sizes interleaved in each repeat."""
     sizes = measured_sizes(rows) if sizes is None else sizes
     context = max(1, min(context, model.max_length - max(sizes)))
     generator = torch.Generator().manual_seed(0)
@@ -247,17 +294,16 @@ def _measure(
             runner.cache.crop(context + 1)  # one new entry kept, the others dropped (n = 1: kept as it is)
             times[n].append(time.perf_counter() - start)
             runner.cache.crop(context)
-    # the fastest repeat: on a shared machine noise only ever adds time (medians of 3 put a 2-token forward
-    # anywhere from 1.10x to 1.43x of one token in runs an hour apart)
-    fastest = {n: min(t) for n, t in times.items()}
-    return fastest, {n: statistics.median(t) / fastest[n] - 1 for n, t in times.items()}
+    return times
 
 
 def margin(model: CausalLM, tokens: int, *, rows: int = 1) -> float:
-    """How much a predicted speed-up must exceed 1 to be a gain: the scatter of t(1) plus that of t(tokens) (at
+    """How much a predicted speed-up must exceed 1 to be a gain: the uncertainty of t(1) plus that of t(tokens) (at
     the nearest measured size at or above it), for `rows` rows: those of its own measurement where `rows` is one of
     `ROWS`, else the larger of the two measurements that `batch_seconds` interpolates between (past the largest
-    number of rows measured, that measurement's)."""
+    number of rows measured, that measurement's). For one row each uncertainty is `scatter`'s at that size (the
+    median's distance above the fastest, which lookahead's one-row choice has always weighed), for a batch
+    `uncertainty` (the second fastest's, averaged over the sizes)."""
     if rows in ROWS:
         measured = [rows]
     else:
@@ -265,9 +311,12 @@ def margin(model: CausalLM, tokens: int, *, rows: int = 1) -> float:
         measured += [r for r in ROWS if r < rows][-1:]
     total = 0.0
     for r in measured:
-        spread = scatter(model) if r == 1 else scatter(model, rows=r)
-        size = min([n for n in spread if n >= tokens], default=max(spread))
-        total = max(total, spread[1] + spread[size])
+        if r == 1:
+            spread = scatter(model)
+            size = min([n for n in spread if n >= tokens], default=max(spread))
+            total = max(total, spread[1] + spread[size])
+        else:  # t(r, 1)'s and t(r, tokens)'s
+            total = max(total, 2 * uncertainty(model, rows=r))
     return total
 
 
@@ -369,9 +418,9 @@ def step_overhead(rows: int) -> float:
 
 def batch_margin(model: CausalLM, rows: int) -> float:
     """How much sooner guesses must be predicted to end a batch of `rows` rows before they count (`BatchCosts.margin`):
-    `BOOKKEEPING` for what the cost model leaves out, plus the scatter of the measured t(rows, 1) and t(rows, 2)
-    (`margin`); 0 for one row, whose rule weighs its rate instead. `MTDECODE_BATCH_MARGIN` in the environment can
-    override it (a number in [0, 1))."""
+    `BOOKKEEPING` for what the cost model leaves out, plus the uncertainty of the measured t(rows, 1) and t(rows, 2)
+    (`margin`: how far the second fastest of their repeats lies above the fastest); 0 for one row, whose rule weighs
+    its rate instead. `MTDECODE_BATCH_MARGIN` in the environment can override it (a number in [0, 1))."""
     if rows == 1:
         return 0.0
     if "MTDECODE_BATCH_MARGIN" in os.environ:

@@ -73,22 +73,20 @@ def test_prompt_lookup_sampling_with_the_rule_matches_autoregressive():
     assert result.passed, str(result)
 
 
-def fixed_costs(_model, rows=1, **_):
-    """A forward-cost curve that is the same on every host (and for every number of rows)."""
-    return {n: 1.0 + 0.02 * (n - 1) for n in tuning.SIZES}
-
-
-def no_scatter(_model, rows=1, **_):
-    """The costs' scatter, which sets the batch rule's margin: none, on every host (measured, it grows on a busy host
-    until no candidate pays, and the rule's width no longer varies)."""
-    return dict.fromkeys(tuning.SIZES, 0.0)
+def fix_costs(monkeypatch) -> None:
+    """A forward-cost curve that is the same on every host (and for every number of rows), measured without scatter
+    or uncertainty, which set the rule's margin: measured, they grow on a busy host until no candidate pays, and the
+    rule's width no longer varies."""
+    curve = {n: 1.0 + 0.02 * (n - 1) for n in tuning.SIZES}
+    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: curve)
+    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: dict.fromkeys(tuning.SIZES, 0.0))
+    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: 0.0)
 
 
 def test_lookahead_sampling_with_the_rule_matches_autoregressive(monkeypatch):
     """Lookahead with G tuned verifies only the candidates that pay (`CandidateRecord`), from earlier steps only;
     the forward costs and their scatter are fixed here so that the tuning and the draws repeat on every host."""
-    monkeypatch.setattr(tuning, "forward_costs", fixed_costs)
-    monkeypatch.setattr(tuning, "scatter", no_scatter)
+    fix_costs(monkeypatch)
     strategy = Lookahead(2, 3, None, prompt_pool=True)
     runs = mtdecode.generate(target(), [LOOKAHEAD_PROMPT] * 200, strategy, max_new_tokens=3, temperature=1.0, seed=0)
     assert len({step.drafted for step in runs.steps}) > 1  # the rule varied the candidates verified
@@ -102,8 +100,7 @@ def test_the_test_rejects_a_wrong_verifier(which, monkeypatch):
     if which == "lookahead":
         result = check(Lookahead(2, 3, 2, prompt_pool=True), LOOKAHEAD_PROMPT, SETTINGS["plain"])
     elif which == "lookahead with the rule":
-        monkeypatch.setattr(tuning, "forward_costs", fixed_costs)
-        monkeypatch.setattr(tuning, "scatter", no_scatter)
+        fix_costs(monkeypatch)
         result = check(Lookahead(2, 3, None, prompt_pool=True), LOOKAHEAD_PROMPT, SETTINGS["plain"])
     else:
         strategy = PromptLookup(ngram=2, costs=DraftCosts(draft=0.0, target=[1.0, 1.2, 1.05, 1.4]))
