@@ -90,30 +90,39 @@ QUIET, QUIET_TRIES = 0.05, 3
 
 
 class Timed(NamedTuple):
-    """The forward costs per number of new tokens, from repeats of their timing (`summarise`): the fastest repeat's
-    seconds (`costs`), and how far above it, relative to it, lie the median repeat (`scatter`: the host's noise while
-    they were timed) and the second fastest (`second`: how uncertain the fastest itself is)."""
+    """The forward costs per number of new tokens n, from repeats of their timing (`summarise`): the seconds kept
+    (`costs`), how far the median repeat lies above the fastest, relative to it (`scatter`: the host's noise while
+    they were timed), and for a batch the standard error of each kept t(B, n) / t(B, 1) (`uncertainty`)."""
 
     costs: dict[int, float]
     scatter: dict[int, float]
-    second: dict[int, float]
+    uncertainty: dict[int, float]
 
 
-def summarise(times: dict[int, list[float]]) -> Timed:
-    """The `Timed` of every repeat's seconds per number of new tokens."""
-    # the fastest repeat: on a shared machine noise only ever adds time (medians of 3 put a 2-token forward
-    # anywhere from 1.10x to 1.43x of one token in runs an hour apart)
-    ordered = {n: sorted(t) for n, t in times.items()}
-    fastest = {n: t[0] for n, t in ordered.items()}
-    above = lambda seconds, n: seconds / fastest[n] - 1  # noqa: E731  relative to the fastest
-    return Timed(
-        fastest,
-        scatter={n: above(statistics.median(t), n) for n, t in ordered.items()},
-        second={n: above(t[min(1, len(t) - 1)], n) for n, t in ordered.items()},
-    )
+def summarise(times: dict[int, list[float]], *, ratios: bool = False) -> Timed:
+    """The `Timed` of every repeat's seconds per number of new tokens (the sizes interleaved in each repeat, as
+    `_measure` times them).
+
+    Each cost is the fastest repeat: on a shared machine noise only ever adds time (medians of 3 put a 2-token forward
+    anywhere from 1.10x to 1.43x of one token in runs an hour apart). With `ratios` (a batch's), only the 1-token
+    cost is; the others are it times the median over the repeats of each repeat's own t(n) / t(1), and
+    `uncertainty` is that median's standard error (1.2533 times the ratios' standard deviation over the square root
+    of their number). The rules weigh t(B, n) against t(B, 1), and a repeat times both within a few seconds, while
+    the fastest of each may come from moments far apart: on the 2-core AMD EPYC host, 12 measurements of five
+    repeats in a row put t(4, 2) / t(4, 1) at a standard deviation of 0.104 as the fastest of each, 0.070 as the
+    median of the repeats' ratios (`docs/benchmark.md`).
+    """
+    fastest = {n: min(t) for n, t in times.items()}
+    scatter = {n: statistics.median(t) / fastest[n] - 1 for n, t in times.items()}
+    if not ratios:
+        return Timed(fastest, scatter, {})
+    each = {n: [a / b for a, b in zip(t, times[1], strict=True)] for n, t in times.items()}
+    costs = {n: fastest[1] * statistics.median(r) for n, r in each.items()}
+    spread = {n: statistics.stdev(r) if len(r) > 1 else 0.0 for n, r in each.items()}
+    return Timed(costs, scatter, {n: 1.2533 * spread[n] / len(each[n]) ** 0.5 for n in each})
 
 
-#: model -> device -> the kept `Timed` (`second` empty for one row, whose kept measurements predate it)
+#: model -> device -> the kept `Timed` (`uncertainty` empty for one row, whose kept measurements predate it)
 _COSTS: "weakref.WeakKeyDictionary[CausalLM, dict[str, Timed]]" = weakref.WeakKeyDictionary()
 
 
@@ -131,9 +140,10 @@ def forward_costs(
 ) -> dict[int, float]:
     """Seconds of one forward over n new tokens per row, for `rows` rows side by side, after a `context`-token
     cache per row, then the cache rolled back to keep one of them as a verifying step does (the fastest of
-    `repeats`, 5), for n in `SIZES` (for several rows, the sizes up to 4 and those of at
-    most `MOST_TOKENS` tokens in all; `context` is cut to what the model can attend over). t(B, n) of the issue on
-    batch goodput is `forward_costs(model, rows=B)[n]`.
+    `repeats`, 5; for several rows, the fastest 1-token forward times each size's median ratio to it, `summarise`),
+    for n in `SIZES` (for several rows, the sizes up to 4 and those of at most `MOST_TOKENS` tokens in all;
+    `context` is cut to what the model can attend over). t(B, n) of the issue on batch goodput is
+    `forward_costs(model, rows=B)[n]`.
 
     Measured once per model architecture, dtype, device, host and number of rows, and kept on disk
     (`mtdecode.store`): every later call, in this process or another, gets the same numbers, so the rules that weigh
@@ -148,20 +158,17 @@ def scatter(model: CausalLM, *, rows: int = 1) -> dict[int, float]:
     return _measured(model, CONTEXT, None, rows).scatter
 
 
-def uncertainty(model: CausalLM, *, rows: int) -> float:
-    """How uncertain each of `forward_costs`' fastest seconds for `rows` rows (more than one) is, relative to it: how
-    far the second fastest of its repeats lies above it, averaged over the sizes measured together (one size's gap
-    alone swings from nothing to a tenth). The median lies further above (`scatter`), but it measures the host's noise,
-    not how far the fastest moves from one measurement to the next: on the 2-core AMD EPYC host, 12 measurements of
-    t(4, 1) and t(4, 2) in a row set their ratio with a standard deviation of 0.051, where the median's distances
-    above the fastest summed to 0.18 on average and the second fastest's to 0.10 ([Benchmark](benchmark.md))."""
+def uncertainty(model: CausalLM, *, rows: int) -> dict[int, float]:
+    """The standard error of each kept t(rows, n) / t(rows, 1), for `rows` rows (more than one): how far the measured
+    ratio the rules weigh may lie from the host's (`summarise`)."""
     if rows == 1:
-        raise ValueError("one row's kept forward costs have no second fastest: its margin is `scatter`'s")
-    return statistics.fmean(_measured(model, CONTEXT, None, rows).second.values())
+        raise ValueError("one row's kept forward costs state no uncertainty: its margin is `scatter`'s")
+    return _measured(model, CONTEXT, None, rows).uncertainty
 
 
-#: what a batch's kept forward costs hold, a part of their key: costs kept before `Timed.second` are measured again
-BATCH_PARTS = ("costs", "scatter", "second")
+#: what a batch's kept forward costs hold, a part of their key: costs kept before `Timed.uncertainty` are measured
+#: again
+BATCH_PARTS = ("costs", "scatter", "uncertainty")
 
 
 def _measured(model: CausalLM, context: int, repeats: int | None, rows: int = 1) -> Timed:
@@ -175,7 +182,7 @@ def _measured(model: CausalLM, context: int, repeats: int | None, rows: int = 1)
             what.update(rows=rows, parts=list(parts))
 
         def measure() -> dict:
-            timed = quietest(lambda: _measure(model, context, repeats, rows))
+            timed = quietest(lambda: _measure(model, context, repeats, rows), ratios=rows > 1)
             return {part: timed._asdict()[part] for part in parts}
 
         value = store.kept("forward", what, measure)
@@ -184,19 +191,22 @@ def _measured(model: CausalLM, context: int, repeats: int | None, rows: int = 1)
 
 
 def quietest(
-    measure_once: Callable[[], dict[int, list[float]]], tries: int = QUIET_TRIES, quiet: float = QUIET
+    measure_once: Callable[[], dict[int, list[float]]],
+    tries: int = QUIET_TRIES,
+    quiet: float = QUIET,
+    *,
+    ratios: bool = False,
 ) -> Timed:
     """Up to `tries` calls of `measure_once()` (each every repeat's seconds per size, as `_measure` returns them):
-    measured again while the last call's mean scatter over the sizes exceeds `quiet`. The costs are the fastest over
-    every call's repeats and `second` the second fastest of them (noise only ever adds time, so more repeats come
-    closer to the cost); the scatter is the quietest call's. The costs are measured once and kept, so without this
-    a busy minute at that one moment would keep its slow forwards and its scatter, and the margins they set
-    (`margin`, `batch_margin`), for good: on the 2-core AMD EPYC host one such minute kept t(4, 2) at 1.33 t(4, 1),
-    where the measurement before had kept 1.16."""
+    measured again while the last call's mean scatter over the sizes exceeds `quiet`, and every call's repeats
+    summarised together (`summarise`, with `ratios` as given): noise only ever adds time, so more repeats come closer
+    to the cost, and to its ratios; the scatter kept is the quietest call's. The costs are measured once and kept, so
+    without this a busy minute at that one moment would keep its slow forwards and its scatter, and the margins they
+    set (`margin`, `batch_margin`), for good."""
     calls = [measure_once()]
     while len(calls) < tries and statistics.fmean(summarise(calls[-1]).scatter.values()) > quiet:
         calls.append(measure_once())
-    pooled = summarise({n: [seconds for call in calls for seconds in call[n]] for n in calls[0]})
+    pooled = summarise({n: [seconds for call in calls for seconds in call[n]] for n in calls[0]}, ratios=ratios)
     quietest_call = min(map(summarise, calls), key=lambda call: statistics.fmean(call.scatter.values()))
     return pooled._replace(scatter=quietest_call.scatter)
 
@@ -302,8 +312,8 @@ def margin(model: CausalLM, tokens: int, *, rows: int = 1) -> float:
     the nearest measured size at or above it), for `rows` rows: those of its own measurement where `rows` is one of
     `ROWS`, else the larger of the two measurements that `batch_seconds` interpolates between (past the largest
     number of rows measured, that measurement's). For one row each uncertainty is `scatter`'s at that size (the
-    median's distance above the fastest, which lookahead's one-row choice has always weighed), for a batch
-    `uncertainty` (the second fastest's, averaged over the sizes)."""
+    median's distance above the fastest, which lookahead's one-row choice has always weighed); for a batch, two
+    standard errors of the measured t(rows, tokens) / t(rows, 1) (`uncertainty`)."""
     if rows in ROWS:
         measured = [rows]
     else:
@@ -315,8 +325,10 @@ def margin(model: CausalLM, tokens: int, *, rows: int = 1) -> float:
             spread = scatter(model)
             size = min([n for n in spread if n >= tokens], default=max(spread))
             total = max(total, spread[1] + spread[size])
-        else:  # t(r, 1)'s and t(r, tokens)'s
-            total = max(total, 2 * uncertainty(model, rows=r))
+        else:  # two standard errors of t(r, tokens) / t(r, 1) as measured
+            spread = uncertainty(model, rows=r)
+            size = min([n for n in spread if n >= tokens], default=max(spread))
+            total = max(total, 2 * spread[size])
     return total
 
 
@@ -418,8 +430,8 @@ def step_overhead(rows: int) -> float:
 
 def batch_margin(model: CausalLM, rows: int) -> float:
     """How much sooner guesses must be predicted to end a batch of `rows` rows before they count (`BatchCosts.margin`):
-    `BOOKKEEPING` for what the cost model leaves out, plus the uncertainty of the measured t(rows, 1) and t(rows, 2)
-    (`margin`: how far the second fastest of their repeats lies above the fastest); 0 for one row, whose rule weighs
+    `BOOKKEEPING` for what the cost model leaves out, plus two standard errors of the measured t(rows, 2) / t(rows, 1)
+    (`margin`, `uncertainty`); 0 for one row, whose rule weighs
     its rate instead. `MTDECODE_BATCH_MARGIN` in the environment can override it (a number in [0, 1))."""
     if rows == 1:
         return 0.0

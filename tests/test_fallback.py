@@ -63,7 +63,7 @@ def costs_curve(steep: bool, monkeypatch) -> None:
     curve = {n: 1.0 if n == 1 else 0.9 * n + 0.1 for n in tuning.SIZES} if steep else dict.fromkeys(tuning.SIZES, 1.0)
     monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: curve)
     monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: dict.fromkeys(tuning.SIZES, 0.0))
-    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: 0.0)  # a batch's
+    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: dict.fromkeys(tuning.SIZES, 0.0))  # a batch's
 
 
 # ----------------------------------------------------------------------------- Lookahead

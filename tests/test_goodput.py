@@ -22,6 +22,7 @@ Rows stay independent in law under the batch rule: `tests/test_batch.py` runs it
 
 import functools
 import json
+import statistics
 import time
 
 import pytest
@@ -361,14 +362,14 @@ def test_one_measurement_per_number_of_rows(tmp_path, monkeypatch):
 
 
 def repeats(fastest: float, spread: float) -> list[float]:
-    """Five repeats' seconds whose fastest is `fastest` and whose median and second fastest lie `spread` above it."""
+    """Five repeats' seconds whose fastest is `fastest` and whose median lies `spread` above it."""
     return [fastest, fastest * (1 + 2 * spread), fastest * (1 + spread), fastest * (1 + spread), fastest * 1.5]
 
 
 def test_costs_measured_in_a_busy_moment_are_measured_again_and_the_fastest_over_them_kept(tmp_path, monkeypatch):
     """A measurement whose mean scatter exceeds `QUIET` is taken again, up to `QUIET_TRIES` measurements in all; the
-    costs are the fastest over every measurement's repeats, `second` the second fastest of them and the scatter the
-    quietest measurement's; a quiet first one is kept at once; what is kept on disk is what was chosen."""
+    costs are the fastest over every measurement's repeats and the scatter the quietest measurement's; a quiet first
+    one is kept at once; what is kept on disk is what was chosen."""
 
     def calls(*made):  # fake `_measure` results: each (fastest of 1 token, of 2 tokens, scatter)
         made = iter([{1: repeats(one, spread), 2: repeats(two, spread)} for one, two, spread in made])
@@ -379,7 +380,6 @@ def test_costs_measured_in_a_busy_moment_are_measured_again_and_the_fastest_over
     timed = tuning.quietest(busy)
     assert len(taken) == 2 and timed.costs == {1: 1.9, 2: 2.2}  # t(1) from the second, t(2) from the first
     assert timed.scatter == pytest.approx({1: 0.04, 2: 0.04})  # the second's
-    assert timed.second == pytest.approx({1: 0.04, 2: 2.3 / 2.2 - 1})  # over both
     always_busy, taken = calls((2.0, 2.0, 0.3), (2.0, 2.0, 0.1), (2.0, 2.0, 0.2), (1.0, 1.0, 0.0))
     assert tuning.quietest(always_busy).scatter == pytest.approx({1: 0.1, 2: 0.1}) and len(taken) == tuning.QUIET_TRIES
     quiet, taken = calls((1.0, 1.1, 0.01), (0.5, 0.5, 0.0))
@@ -387,58 +387,66 @@ def test_costs_measured_in_a_busy_moment_are_measured_again_and_the_fastest_over
 
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
-    busy, taken = calls((2.0, 2.1, 0.5), (2.04, 2.142, 0.02))  # the second's fastest 2 % above the first's
+    busy, taken = calls((2.0, 2.1, 0.5), (2.0, 2.1, 0.02))
     monkeypatch.setattr(tuning, "_measure", lambda *_: busy())
     model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=5, layers=1, hidden=16))
-    assert tuning.forward_costs(model, rows=2) == {1: 2.0, 2: 2.1}
-    assert tuning.scatter(model, rows=2)[1] == pytest.approx(0.02)
+    assert tuning.forward_costs(model) == {1: 2.0, 2: 2.1} and tuning.scatter(model)[1] == pytest.approx(0.02)
     tuning._COSTS.clear()  # read back from disk
-    assert tuning.forward_costs(model, rows=2) == {1: 2.0, 2: 2.1} and len(taken) == 2
-    assert tuning.uncertainty(model, rows=2) == pytest.approx(0.02)  # the second's fastest is the second fastest
+    assert tuning.forward_costs(model) == {1: 2.0, 2: 2.1} and len(taken) == 2
 
 
-def test_a_measurement_keeps_the_fastest_and_how_far_the_median_and_the_second_fastest_lie_above_it(monkeypatch):
-    """`tuning._measure` on a clock whose repeats take known times gives every repeat's seconds, in order;
-    `tuning.summarise` keeps the fastest, the median's distance above it (the scatter) and the second fastest's, both
-    relative to the fastest."""
+def test_a_batch_keeps_each_size_as_the_median_of_its_repeats_ratios_to_one_token(monkeypatch):
+    """`tuning._measure` on a clock whose repeats take known times gives every repeat's seconds, in order.
+    `tuning.summarise` keeps one row's costs as the fastest repeats; a batch's as the fastest 1-token forward times
+    the median of each repeat's own t(n) / t(1), with that median's standard error: a repeat that was fast for one
+    size and slow for the other does not set their ratio."""
     seconds = [1.0, 1.4, 1.2, 1.1, 1.6]  # the five repeats of the one size timed
     clock = iter(t for took in seconds for t in (0.0, took))  # each repeat reads the clock before and after
     monkeypatch.setattr(tuning.time, "perf_counter", lambda: next(clock))
     model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=6, layers=1, hidden=16))
     assert tuning._measure(model, context=8, repeats=5, rows=2, sizes=[2]) == {2: seconds}
-    timed = tuning.summarise({2: seconds})
-    assert timed.costs == {2: 1.0}
-    assert timed.scatter == {2: pytest.approx(0.2)} and timed.second == {2: pytest.approx(0.1)}
+
+    one = [1.0, 1.5, 1.2, 1.1, 1.3]  # t(1) of five repeats; t(2) 1.1 of it in four, 1.3 in the first
+    two = [1.3, 1.65, 1.32, 1.21, 1.43]
+    plain, batch = tuning.summarise({1: one, 2: two}), tuning.summarise({1: one, 2: two}, ratios=True)
+    assert plain.costs == {1: 1.0, 2: 1.21} and plain.scatter == pytest.approx({1: 0.2, 2: 1.32 / 1.21 - 1})
+    assert batch.costs == pytest.approx({1: 1.0, 2: 1.1}) and batch.scatter == plain.scatter
+    error = 1.2533 * statistics.stdev([1.3, 1.1, 1.1, 1.1, 1.1]) / 5**0.5  # the median's standard error
+    assert batch.uncertainty == pytest.approx({1: 0.0, 2: error})
 
 
-def test_a_batch_margin_weighs_how_uncertain_the_fastest_is_not_the_median(tmp_path, monkeypatch):
-    """A batch's margin (`tuning.batch_margin`) adds the second fastest's distance above the fastest, not the
-    median's: a measurement whose median lies 4.5 % above its fastest and whose second fastest lies 2 % above sets
-    `BOOKKEEPING` + 2 x 2 %. Costs of several rows kept before their second fastest was (their key names no parts)
-    are measured again; one row's keep their key, and ask for no second fastest."""
+def test_a_batch_margin_weighs_the_ratios_standard_error_not_the_scatter(tmp_path, monkeypatch):
+    """A batch's margin (`tuning.batch_margin`) adds two standard errors of the measured t(B, 2) / t(B, 1), not the
+    repeats' scatter. Costs of several rows kept before their uncertainty was (their key names no parts) are measured
+    again; one row's keep their key, and state no uncertainty."""
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
     monkeypatch.delenv("MTDECODE_BATCH_MARGIN", raising=False)
     taken = []
-    times = dict.fromkeys(tuning.SIZES, [1.0, 1.02, 1.045, 1.05, 1.06])
+    one = [1.0, 1.02, 1.045, 1.05, 1.06]  # a scatter of 4.5 %, below `QUIET`: measured once
+    ratios = [1.1 * 1.02, 1.1, 1.1, 1.1, 1.1]  # t(2) / t(1) in each repeat; 1.1 for every larger size
+    times = {n: [t * (ratios[i] if n == 2 else 1.1) for i, t in enumerate(one)] for n in tuning.SIZES}
+    times[1] = one
     monkeypatch.setattr(tuning, "_measure", lambda *_: taken.append(1) or times)
     model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=7, layers=1, hidden=16))
     old = {"model": mtdecode.store.module_key(model.hf), "host": mtdecode.store.host_key(), "context": tuning.CONTEXT}
     old.update(repeats=5, rows=4)  # what stops 60 to 72 kept
     mtdecode.store.kept("forward", old, lambda: {"costs": {"1": 1.0, "2": 1.0}, "scatter": {"1": 0.5, "2": 0.5}})
-    assert tuning.batch_margin(model, 4) == pytest.approx(tuning.BOOKKEEPING + 2 * 0.02) and len(taken) == 1
-    assert tuning.scatter(model) == pytest.approx(dict.fromkeys(tuning.SIZES, 0.045))
-    with pytest.raises(ValueError, match="no second fastest"):
+    error = 1.2533 * statistics.stdev(ratios) / 5**0.5
+    assert tuning.batch_margin(model, 4) == pytest.approx(tuning.BOOKKEEPING + 2 * error) and len(taken) == 1
+    assert tuning.forward_costs(model, rows=4)[2] == pytest.approx(1.1)
+    assert tuning.scatter(model)[1] == pytest.approx(0.045)  # one row: the fastest, measured as ever
+    with pytest.raises(ValueError, match="no uncertainty"):
         tuning.uncertainty(model, rows=1)
 
 
 def test_the_margin_of_a_measured_batch_size_reads_its_own_measurement(monkeypatch):
-    """The batch rule's margin (`tuning.batch_margin`): `BOOKKEEPING` plus the uncertainty of t(B, 1) and t(B, 2) from
+    """The batch rule's margin (`tuning.batch_margin`): `BOOKKEEPING` plus two standard errors of t(B, 2) / t(B, 1) from
     the B-row measurement alone where B is one of `ROWS` (`batch_seconds` reads only it there), and the larger of the
     two it interpolates between elsewhere; one row has none."""
     monkeypatch.delenv("MTDECODE_BATCH_MARGIN", raising=False)
     spread = {1: 0.01, 2: 0.07, 4: 0.003, 8: 0.02, 16: 0.05, 32: 0.04}  # a busy 2-row measurement
-    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: spread[rows])
+    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: dict.fromkeys(tuning.SIZES, spread[rows]))
     model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=4, layers=1, hidden=16))
     margin = {rows: tuning.batch_margin(model, rows) for rows in (1, 3, 4, 5, 32, 40)}
     own = {rows: tuning.BOOKKEEPING + 2 * spread[rows] for rows in (2, 4, 8, 32)}

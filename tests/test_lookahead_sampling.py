@@ -80,7 +80,7 @@ def fix_costs(monkeypatch) -> None:
     curve = {n: 1.0 + 0.02 * (n - 1) for n in tuning.SIZES}
     monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: curve)
     monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: dict.fromkeys(tuning.SIZES, 0.0))
-    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: 0.0)
+    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: dict.fromkeys(tuning.SIZES, 0.0))
 
 
 def test_lookahead_sampling_with_the_rule_matches_autoregressive(monkeypatch):
