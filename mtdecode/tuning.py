@@ -92,7 +92,8 @@ QUIET, QUIET_TRIES = 0.05, 3
 class Timed(NamedTuple):
     """The forward costs per number of new tokens n, from repeats of their timing (`summarise`): the seconds kept
     (`costs`), how far the median repeat lies above the fastest, relative to it (`scatter`: the host's noise while
-    they were timed), and for a batch the standard error of each kept t(B, n) / t(B, 1) (`uncertainty`)."""
+    they were timed), and for a batch the standard error of each kept t(B, n) / t(B, 1), relative to it
+    (`uncertainty`)."""
 
     costs: dict[int, float]
     scatter: dict[int, float]
@@ -107,19 +108,19 @@ def summarise(times: dict[int, list[float]], *, ratios: bool = False) -> Timed:
     anywhere from 1.10x to 1.43x of one token in runs an hour apart). With `ratios` (a batch's), only the 1-token
     cost is; the others are it times the median over the repeats of each repeat's own t(n) / t(1), and
     `uncertainty` is that median's standard error (1.2533 times the ratios' standard deviation over the square root
-    of their number). The rules weigh t(B, n) against t(B, 1), and a repeat times both within a few seconds, while
-    the fastest of each may come from moments far apart: on the 2-core AMD EPYC host, 12 measurements of five
-    repeats in a row put t(4, 2) / t(4, 1) at a standard deviation of 0.104 as the fastest of each, 0.070 as the
-    median of the repeats' ratios (`docs/benchmark.md`).
+    of their number), relative to the median. The rules weigh t(B, n) against t(B, 1), and a repeat times both
+    within a few seconds, while the fastest of each may come from moments far apart: on the 2-core AMD EPYC host, 12
+    measurements of five repeats in a row put t(4, 2) / t(4, 1) at a standard deviation of 0.104 as the fastest of
+    each, 0.070 as the median of the repeats' ratios (`docs/benchmark.md`).
     """
     fastest = {n: min(t) for n, t in times.items()}
     scatter = {n: statistics.median(t) / fastest[n] - 1 for n, t in times.items()}
     if not ratios:
         return Timed(fastest, scatter, {})
     each = {n: [a / b for a, b in zip(t, times[1], strict=True)] for n, t in times.items()}
-    costs = {n: fastest[1] * statistics.median(r) for n, r in each.items()}
-    spread = {n: statistics.stdev(r) if len(r) > 1 else 0.0 for n, r in each.items()}
-    return Timed(costs, scatter, {n: 1.2533 * spread[n] / len(each[n]) ** 0.5 for n in each})
+    median = {n: statistics.median(r) for n, r in each.items()}
+    error = {n: 1.2533 * statistics.stdev(r) / len(r) ** 0.5 if len(r) > 1 else 0.0 for n, r in each.items()}
+    return Timed({n: fastest[1] * median[n] for n in each}, scatter, {n: error[n] / median[n] for n in each})
 
 
 #: model -> device -> the kept `Timed` (`uncertainty` empty for one row, whose kept measurements predate it)
@@ -159,8 +160,8 @@ def scatter(model: CausalLM, *, rows: int = 1) -> dict[int, float]:
 
 
 def uncertainty(model: CausalLM, *, rows: int) -> dict[int, float]:
-    """The standard error of each kept t(rows, n) / t(rows, 1), for `rows` rows (more than one): how far the measured
-    ratio the rules weigh may lie from the host's (`summarise`)."""
+    """The standard error of each kept t(rows, n) / t(rows, 1), relative to it, for `rows` rows (more than one): how
+    far the measured ratio the rules weigh may lie from the host's (`summarise`)."""
     if rows == 1:
         raise ValueError("one row's kept forward costs state no uncertainty: its margin is `scatter`'s")
     return _measured(model, CONTEXT, None, rows).uncertainty
