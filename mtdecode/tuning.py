@@ -179,7 +179,7 @@ def _measured(model: CausalLM, context: int, repeats: int | None, rows: int = 1)
     if key not in per_device:
         what = {"model": store.module_key(model.hf), "host": store.host_key(), "context": context, "repeats": repeats}
         parts = BATCH_PARTS if rows > 1 else BATCH_PARTS[:2]
-        if rows > 1:  # one row keeps the key and parts it always had, so what was kept (and the reference costs) stays
+        if rows > 1:  # one row keeps its key and parts, so what was kept (and the reference costs) stays valid
             what.update(rows=rows, parts=list(parts))
 
         def measure() -> dict:
@@ -322,14 +322,10 @@ def margin(model: CausalLM, tokens: int, *, rows: int = 1) -> float:
         measured += [r for r in ROWS if r < rows][-1:]
     total = 0.0
     for r in measured:
-        if r == 1:
-            spread = scatter(model)
-            size = min([n for n in spread if n >= tokens], default=max(spread))
-            total = max(total, spread[1] + spread[size])
-        else:  # two standard errors of t(r, tokens) / t(r, 1) as measured
-            spread = uncertainty(model, rows=r)
-            size = min([n for n in spread if n >= tokens], default=max(spread))
-            total = max(total, 2 * spread[size])
+        spread = scatter(model) if r == 1 else uncertainty(model, rows=r)
+        size = min([n for n in spread if n >= tokens], default=max(spread))
+        # one row: the repeats' scatter at 1 token and at `size`; a batch: two standard errors of t(r, size) / t(r, 1)
+        total = max(total, spread[1] + spread[size] if r == 1 else 2 * spread[size])
     return total
 
 
@@ -432,8 +428,8 @@ def step_overhead(rows: int) -> float:
 def batch_margin(model: CausalLM, rows: int) -> float:
     """How much sooner guesses must be predicted to end a batch of `rows` rows before they count (`BatchCosts.margin`):
     `BOOKKEEPING` for what the cost model leaves out, plus two standard errors of the measured t(rows, 2) / t(rows, 1)
-    (`margin`, `uncertainty`); 0 for one row, whose rule weighs
-    its rate instead. `MTDECODE_BATCH_MARGIN` in the environment can override it (a number in [0, 1))."""
+    (`margin`, `uncertainty`); 0 for one row, whose rule weighs its rate instead. `MTDECODE_BATCH_MARGIN` in the
+    environment can override it (a number in [0, 1))."""
     if rows == 1:
         return 0.0
     if "MTDECODE_BATCH_MARGIN" in os.environ:
