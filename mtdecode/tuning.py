@@ -836,9 +836,19 @@ def _time_eagle_steps(
     first, one = statistics.median(firsts), statistics.median(later)
     deeper = statistics.median(runs(tree(2, 1))[1])
     wide = statistics.median(runs(tree(2, 2 * width))[1])
+    return eagle_step_parts(plain, first, one, deeper, wide, width=width, entries=length)
+
+
+def eagle_step_parts(
+    plain: float, first: float, one: float, deeper: float, wide: float, *, width: int, entries: int
+) -> dict[str, float]:
+    """The parts of `EagleStepCosts` from the medians of the timed runs' steps beside their forwards: `plain` steps,
+    the `first` drafting step (the head reads the prompts' `entries`) and the later ones of a tree of one depth and
+    one node (`one`), two depths and one node (`deeper`), two depths and 2 `width` nodes (`wide`). Each part is a
+    difference of medians, so noise can make it negative; it is kept at 0 then."""
     node = max(0.0, (wide - deeper) / (2 * width - 1))
     return {"step": max(0.0, one - plain - node), "depth": max(0.0, deeper - one), "node": node,
-            "read": max(0.0, first - one) / (length - 1)}  # fmt: skip
+            "read": max(0.0, first - one) / (entries - 1)}  # fmt: skip
 
 
 def _runner_after_context(head: EagleHead, rows: int) -> HeadRunner:
