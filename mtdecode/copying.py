@@ -43,75 +43,60 @@ def lookup_matched(tokens: list[int], ngram: int, k: int) -> tuple[list[int], in
 
 
 class CopyRecord:
-    """How often this row's copied tokens were accepted, read by place in the copy or, with `runs`, by the length of
-    the run of tokens that agreed before each one.
+    """How often this row's copied tokens were accepted, read by the length of the run of tokens that agreed before
+    each one.
 
-    Copies hold or break as a whole (a quote goes on until the answer departs from it): a copy's first token is
-    the likeliest to fail, its second less so once the first held, and a later one seldom once a few held. By place
-    (EAGLE's copy), the first and second tokens have their own rates and the later ones share one, which learns fast
-    and does not leave deep positions that were seldom tried at their prior; before a row has seen any copy, token
-    i + 1 of a copy whose i tokens held holds with chance (i + 1) / (i + 2), Laplace's rule of succession.
+    Copies hold or break as a whole (a quote goes on until the answer departs from it), and the longer the run that
+    already agrees with the copy's source, the likelier the next copied token holds. That run is the tokens before
+    the copy that agreed with those before its source (`lookup_matched`), then the copy's own tokens that held. The
+    copied token after a run of L is read with the rate of runs of L (1, 2, ..., `RUNS` - 1 a rate each, longer ones
+    sharing the last), and its prior is L / (L + 2), worth `PRIOR` tokens of the row's record. Over greedy's answers
+    to the benchmark suite a copy's first token held about one time in five after a 1-token match and most times
+    after 4 or more; the prior, a third after one token, a half after two, sits between Laplace's (L + 1) / (L + 2)
+    and those rates."""
 
-    With `runs` (prompt lookup), the tokens before the copy that agreed with those before its source count too
-    (`lookup_matched`): the copied token after a run of L agreeing tokens, matched or held, is read with the rate of
-    runs of L (1, 2, ..., `RUNS` - 1 a rate each, longer ones sharing the last), and its prior is L / (L + 2). Over
-    greedy's answers to the benchmark suite a copy's first token held about one time in five after a 1-token match
-    and most times after 4 or more; the prior, a third after one token, a half after two, sits between Laplace's and
-    those rates. Either prior is worth two tokens of the row's record."""
-
-    #: by place: the first `DEPTHS` - 1 positions have a rate each; the later ones share the last
-    DEPTHS = 3
-    #: with `runs`: runs of 1 to `RUNS` - 1 agreeing tokens have a rate each; longer ones share the last
+    #: runs of 1 to `RUNS` - 1 agreeing tokens have a rate each; longer ones share the last
     RUNS = 4
     #: tokens of record the prior is worth
     PRIOR = 2.0
 
-    def __init__(self, batch: int, runs: bool = False) -> None:
-        self.runs = runs
-        columns = self.RUNS if runs else self.DEPTHS
-        # columns: by place in the copy, or by the agreeing run's length (bookkeeping on the host)
-        self.hits = torch.zeros(batch, columns, dtype=torch.float64, device="cpu")
-        self.tries = torch.zeros(batch, columns, dtype=torch.float64, device="cpu")
+    def __init__(self, batch: int) -> None:
+        # columns: by the agreeing run's length (bookkeeping on the host)
+        self.hits = torch.zeros(batch, self.RUNS, dtype=torch.float64, device="cpu")
+        self.tries = torch.zeros(batch, self.RUNS, dtype=torch.float64, device="cpu")
         self.known: dict[tuple, Float[Tensor, "batch width"]] = {}  # `chances` by width and runs, until it changes
 
-    def chances(self, width: int, matched: list[int] | None = None) -> Float[Tensor, "batch width"]:
-        """P(copied token i + 1 accepted | tokens 1..i accepted) for i < `width`, per row (with `runs`, its copy
-        following `matched[b]` agreeing tokens): its column's record and its prior, or a shallower position's chance
-        where that is higher (a copy that held so far holds on at least as often)."""
-        key = (width, None if matched is None else tuple(matched))
+    def chances(self, width: int, matched: list[int]) -> Float[Tensor, "batch width"]:
+        """P(copied token i + 1 accepted | tokens 1..i accepted) for i < `width`, per row, its copy following
+        `matched[b]` agreeing tokens: its run's record and its prior, or a shorter run's chance where that is higher
+        (a copy that held so far holds on at least as often)."""
+        key = (width, tuple(matched))
         if key not in self.known:
             self.known[key] = self.estimate(width, matched)
         return self.known[key]
 
-    def run(self, width: int, matched: list[int] | None) -> Int[Tensor, "batch width"]:
-        """The run before copied token i + 1, i < `width`: by place, i + 1; with `runs`, `matched[b]` + i (at least
-        1)."""
-        rows = self.hits.shape[0]
-        if matched is None or not self.runs:
-            before = torch.ones(rows, dtype=torch.long, device="cpu")
-        else:
-            before = torch.tensor(matched, dtype=torch.long, device="cpu").reshape(rows)
+    def run(self, width: int, matched: list[int]) -> Int[Tensor, "batch width"]:
+        """The run before copied token i + 1, i < `width`: `matched[b]` + i (at least 1)."""
+        before = torch.tensor(matched, dtype=torch.long, device="cpu").reshape(self.hits.shape[0])
         return before.clamp(min=1)[:, None] + torch.arange(width, device="cpu")  # (batch, width)
 
-    def estimate(self, width: int, matched: list[int] | None) -> Float[Tensor, "batch width"]:
+    def estimate(self, width: int, matched: list[int]) -> Float[Tensor, "batch width"]:
         """`chances`, worked out from the record."""
-        run = self.run(width, matched).double()
-        column = (run.long() - 1).clamp(max=self.hits.shape[1] - 1)
-        prior = run / (run + 2.0) if self.runs else run / (run + 1.0)
+        run = self.run(width, matched)
+        column = (run - 1).clamp(max=self.RUNS - 1)
+        prior = run.double() / (run.double() + 2.0)
         rate = (self.hits.gather(1, column) + self.PRIOR * prior) / (self.tries.gather(1, column) + self.PRIOR)
         return rate.cummax(dim=1).values if width else rate
 
-    def add(
-        self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"], matched: list[int] | None = None
-    ) -> None:
-        """After verification: copied tokens 1..accepted held, token accepted + 1 (if drafted) did not (with `runs`,
-        the copies followed `matched` agreeing tokens)."""
+    def add(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"], matched: list[int]) -> None:
+        """After verification: copied tokens 1..accepted held, token accepted + 1 (if drafted) did not; the copies
+        followed `matched` agreeing tokens."""
         width = int(drafted.max()) if drafted.numel() else 0
         if width == 0:  # nothing verified: the record stays as it was
             return
         self.known.clear()
         tried, hit = chain_outcome(drafted, accepted, width)  # (batch, drafted)
-        column = (self.run(width, matched) - 1).clamp(max=self.hits.shape[1] - 1)
+        column = (self.run(width, matched) - 1).clamp(max=self.RUNS - 1)
         self.tries.scatter_add_(1, column, tried.double())
         self.hits.scatter_add_(1, column, hit.double())
 

@@ -354,46 +354,28 @@ def test_prompt_lookup_copies_less_where_copies_are_rejected():
     assert sum(s.drafted for s in narrow) < sum(s.drafted for s in wide)
 
 
-def test_a_copied_tokens_chance_is_the_rate_of_its_depth():
-    """CopyRecord counts a token as tried only where the tokens before it were all accepted, with one record for
-    first tokens, one for second tokens and one for all later ones, and position i + 1's prior (i + 1) / (i + 2)
-    worth two tokens: after copies of 4 accepted whole and one of 4 rejected at its second token, the first tokens
-    held 4 of 4, the second 3 of 4, the later ones 6 of 6. A deeper token's chance is never below a shallower
-    one's (a copy that held so far holds on at least as often)."""
-    from mtdecode.copying import CopyRecord
-
-    record = CopyRecord(batch=2)
-    assert record.chances(4).flatten().tolist() == pytest.approx([1 / 2, 2 / 3, 3 / 4, 4 / 5] * 2)
-    for accepted in (4, 4, 4, 1):
-        record.add(torch.tensor([4, 0]), torch.tensor([accepted, 0]))
-    assert record.tries.tolist() == [[4, 4, 6], [0, 0, 0]] and record.hits.tolist() == [[4, 3, 6], [0, 0, 0]]
-    # (4 + 1) / 6, (3 + 4/3) / 6 lifted to the first's, then (6 + 2 i / (i + 1)) / 8 for position i = 3, 4
-    assert record.chances(4)[0].tolist() == pytest.approx([5 / 6, 5 / 6, (6 + 1.5) / 8, (6 + 1.6) / 8])
-    for _ in range(4):  # the first token fails 4 more times: 5/10, now below the second's 13/18
-        record.add(torch.tensor([2, 0]), torch.tensor([0, 0]))
-    assert record.chances(3)[0].tolist() == pytest.approx([0.5, 13 / 18, 7.5 / 8])
-    for _ in range(6):  # copies that break at their third token: later tokens (6 + 1.5) / 14, lifted to the second's
-        record.add(torch.tensor([5, 0]), torch.tensor([2, 0]))
-    assert record.tries[0].tolist() == [14, 10, 12]
-    assert record.chances(3)[0].tolist() == pytest.approx([11 / 16, (9 + 4 / 3) / 12, (9 + 4 / 3) / 12])
-    assert record.chances(2)[1].tolist() == pytest.approx([1 / 2, 2 / 3])  # a row that copied nothing: the priors
-    assert record.chances(1).shape == (2, 1) and record.chances(0).shape == (2, 0)
-
-
 def test_a_copied_tokens_chance_after_a_run_is_the_rate_of_that_runs_length():
-    """With `runs` (prompt lookup), CopyRecord reads a copied token by the run of agreeing tokens before it: the
-    matched tokens before the copy, then the copy's tokens that held. Row 0's copy followed a 1-token match, row 1's
-    a 4-token one; the prior after a run of L is L / (L + 2), worth two tokens; runs of 4 or more share a rate."""
+    """CopyRecord (prompt lookup's and EAGLE's) reads a copied token by the run of agreeing tokens before it: the
+    matched tokens before the copy, then the copy's tokens that held. A token counts as tried only where the tokens
+    before it in its copy were all accepted. Row 0's copy followed a 1-token match, row 1's a 4-token one; the prior
+    after a run of L is L / (L + 2), worth two tokens; runs of 4 or more share a rate. A longer run's chance is never
+    below a shorter one's within a copy (a copy that held so far holds on at least as often)."""
     from mtdecode.copying import CopyRecord, lookup_matched
 
     assert lookup_matched([7, 1, 2, 3, 9, 8, 1, 2, 3], ngram=3, k=2) == ([9, 8], 3)  # 7 and 8 differ: 3 agree
     assert lookup_matched([5, 1, 2, 3, 9, 5, 1, 2, 3], ngram=3, k=2) == ([9, 5], 4)  # the 5s agree too
     assert lookup_matched([1, 2, 3], ngram=3, k=2) == ([], 0)
-    record = CopyRecord(batch=2, runs=True)
+    record = CopyRecord(batch=2)
     assert record.chances(3, [1, 4]).flatten().tolist() == pytest.approx([1 / 3, 2 / 4, 3 / 5, 4 / 6, 5 / 7, 6 / 8])
     record.add(torch.tensor([2, 3]), torch.tensor([0, 3]), [1, 4])  # row 0 fails at once, row 1 holds 3 of 3
     assert record.tries.tolist() == [[1, 0, 0, 0], [0, 0, 0, 3]] and record.hits.tolist() == [[0] * 4, [0, 0, 0, 3]]
     assert record.chances(1, [1, 1])[0].tolist() == pytest.approx([(2 / 3) / 3])  # after a 1-token match: 2/9
     later = [(3 + 8 / 6) / 5, (3 + 10 / 7) / 5]  # runs of 4 and 5: the shared rate, 3 of 3, with their priors
     assert record.chances(2, [2, 4]).flatten().tolist() == pytest.approx([2 / 4, 3 / 5, *later])
-    assert CopyRecord(batch=1).chances(2, [4])[0].tolist() == pytest.approx([1 / 2, 2 / 3])  # by place: no runs
+    for _ in range(4):  # row 0's copies after a 1-token match fail 4 more times at their second token
+        record.add(torch.tensor([3, 0]), torch.tensor([1, 0]), [1, 0])
+    assert record.tries[0].tolist() == [5, 4, 0, 0] and record.hits[0].tolist() == [4, 0, 0, 0]
+    # runs of 1: (4 + 2/3) / 7; runs of 2: (0 + 1) / 6 and of 3: the prior 3/5, both lifted to the first's
+    assert record.chances(3, [1, 0])[0].tolist() == pytest.approx([(4 + 2 / 3) / 7] * 3)
+    assert record.chances(1, [2, 0])[0].tolist() == pytest.approx([1 / 6])  # alone, a run of 2 is not lifted
+    assert record.chances(0, [1, 1]).shape == (2, 0)

@@ -146,6 +146,26 @@ def test_the_copy_branch_reaches_past_the_heads_depth_and_changes_no_output():
         assert copying.stats.row_forwards < alone.stats.row_forwards
 
 
+def test_the_copy_is_read_by_the_run_that_matched_as_prompt_lookup_reads_it():
+    """`find_copies`: row 0's last token recurs alone (a 1-token match), row 1's last three tokens and the one before
+    them agree with an earlier place (a run of 4). Before any record, a copy's first token holds with the prior
+    L / (L + 2) of the run L before it: 1/3 and 2/3, as prompt lookup reads its copies (by place in the copy, both
+    were 1/2)."""
+    from mtdecode.copying import CopyRecord
+    from mtdecode.model import CausalLM
+    from mtdecode.sampling import RowRandom
+    from mtdecode.session import Session
+    from mtdecode.strategies.eagle import find_copies
+
+    rows = [[5, 9, 1, 2, 3, 9], [7, 1, 2, 3, 4, 8, 7, 1, 2, 3]]
+    target = CausalLM.wrap(tiny_model("llama", vocab_size=16))
+    s = Session(target, rows, sampler=Sampler(), random=RowRandom([0, 1]), max_new_tokens=8)
+    copy = find_copies(s, most=3, ngram=3, record=CopyRecord(batch=2))
+    assert copy.tokens == [[1, 2, 3], [4, 8, 7]] and copy.matched == [1, 4]
+    assert copy.holds[:, 0].tolist() == pytest.approx([1 / 3, 2 / 3])
+    assert copy.holds[1].tolist() == pytest.approx([4 / 6, 4 / 6 * 5 / 7, 4 / 6 * 5 / 7 * 6 / 8])  # runs 4, 5, 6
+
+
 def test_a_copy_follows_the_tree_while_it_can_then_hangs_new_nodes_below():
     """`graft`: row 0's copy [5, 7, 9, 10] follows the head's nodes 5 (node 0) and 7 (its child, node 2), then adds
     9 and 10 below them; row 1's copy [8] starts at x0 beside the head's nodes; row 2 has none (padding). Worth
@@ -155,8 +175,8 @@ def test_a_copy_follows_the_tree_while_it_can_then_hangs_new_nodes_below():
     depth = torch.tensor([[1, 1, 2, 2]] * 3)
     value = torch.tensor([[0.5, 0.3, 0.2, 0.1]] * 3, dtype=torch.float64)
     tree = Tree(tokens, parent, depth, value.clone(), value, torch.full((3,), 2), value.clone(), 4)
-    holds = [1 / 2, 1 / 2 * 2 / 3, 1 / 2 * 2 / 3 * 3 / 4, 1 / 2 * 2 / 3 * 3 / 4 * 4 / 5]  # CopyRecord's prior
-    copy = Copy([[5, 7, 9, 10], [8], []], torch.tensor([holds, [holds[0], -1, -1, -1], [-1] * 4]))
+    holds = [1 / 2, 1 / 2 * 2 / 3, 1 / 2 * 2 / 3 * 3 / 4, 1 / 2 * 2 / 3 * 3 / 4 * 4 / 5]  # made up, falling along it
+    copy = Copy([[5, 7, 9, 10], [8], []], torch.tensor([holds, [holds[0], -1, -1, -1], [-1] * 4]), [1, 1, 0])
     grafted = graft(tree, copy)
     assert grafted.head_nodes == 4
     assert grafted.tokens[:2].tolist() == [[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 8, 0]]

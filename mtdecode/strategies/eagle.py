@@ -66,7 +66,7 @@ import torch
 from einops import rearrange, repeat
 
 from mtdecode import masks, tuning
-from mtdecode.copying import CopyRecord, lookup
+from mtdecode.copying import CopyRecord, lookup_matched
 from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice, expected_tokens
 from mtdecode.model import CausalLM
 from mtdecode.session import Choice, Session, Step
@@ -199,7 +199,7 @@ class Eagle:
                 size.record(n, verdict.accepted, extra_cost=tree.limit.double() * depth_cost)
                 calibrate(s, size, tree, chosen, valid & (chosen < tree.head_nodes), path)  # the head's nodes
             if record is not None:
-                record.add(*copy_outcome(tree, chosen, valid, path))
+                record.add(*copy_outcome(tree, chosen, valid, path), copy.matched)
             rows = torch.arange(s.batch, device=s.device)[:, None]
             fresh = features[rows, torch.cat([path.new_zeros(path.shape[0], 1), path + 1], dim=1).clamp(min=0)]
             fresh = [fresh[b, : int(a) + 1] for b, a in enumerate(verdict.accepted)]
@@ -339,12 +339,14 @@ class Tree:
 
 @dataclass(frozen=True)
 class Copy:
-    """Each row's copy (step 1): `tokens[b]`, the tokens prompt lookup copied for row b (maybe none), and `holds`,
+    """Each row's copy (step 1): `tokens[b]`, the tokens prompt lookup copied for row b (maybe none); `holds`,
     the chance that the copy's tokens 1..i all hold, the product of the row's `CopyRecord` rates (column i - 1;
-    -1 past the row's copy)."""
+    -1 past the row's copy); and `matched[b]`, how many tokens before the copy agreed with those before its source
+    (`lookup_matched`), by which the record reads it."""
 
     tokens: list[list[int]]
     holds: Float[Tensor, "batch copy"]
+    matched: list[int]
 
     def follows(self, tokens: Int[Tensor, "batch node"], depth: int) -> Bool[Tensor, "batch node"]:
         """Which of the nodes at `depth` carry their row's copied token at that depth."""
@@ -362,16 +364,18 @@ class Copy:
 
 def find_copies(s: Session, most: int, ngram: int, record: CopyRecord) -> Copy:
     """Step 1, the copy: up to `most` tokens per row that followed the latest earlier occurrence of its last n-gram
-    (`mtdecode.strategies.prompt_lookup.lookup`; no more than the row's budget leaves room for), with the chances
-    that they hold by the row's record. The copy reads the committed text only, never p."""
+    (`mtdecode.copying.lookup_matched`, as prompt lookup copies; no more than the row's budget leaves room for), with
+    the chances that they hold by the row's record after the run that matched. The copy reads the committed text
+    only, never p."""
     room = s.budget(most).tolist()
-    tokens = [lookup(row, ngram, k) for row, k in zip(s.tokens, room, strict=True)]
+    found = [lookup_matched(row, ngram, k) for row, k in zip(s.tokens, room, strict=True)]
+    tokens, matched = [copy for copy, _ in found], [n for _, n in found]
     longest = max(map(len, tokens), default=0)
-    holds = record.chances(longest).cumprod(1).to(s.device)  # (batch, copy)
+    holds = record.chances(longest, matched).cumprod(1).to(s.device)  # (batch, copy)
     short = (
         torch.arange(longest, device=s.device) >= torch.tensor([len(row) for row in tokens], device=s.device)[:, None]
     )
-    return Copy(tokens, holds.masked_fill(short, -1.0))
+    return Copy(tokens, holds.masked_fill(short, -1.0), matched)
 
 
 def copy_alone(

@@ -65,7 +65,7 @@ class PromptLookup:
         if self.num_draft_tokens is None:
             costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch)
             length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
-            record = CopyRecord(s.batch, runs=True)
+            record = CopyRecord(s.batch)
             s.record_choice(lambda: copy_choice("PromptLookup", length, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens).tolist()  # the step adds one token
