@@ -52,8 +52,7 @@ class CopyRecord:
     copied token after a run of L is read with the rate of runs of L (1, 2, ..., `RUNS` - 1 a rate each, longer ones
     sharing the last), and its prior is L / (L + 2), worth `PRIOR` tokens of the row's record. Over greedy's answers
     to the benchmark suite a copy's first token held about one time in five after a 1-token match and most times
-    after 4 or more; the prior, a third after one token, a half after two, sits between Laplace's (L + 1) / (L + 2)
-    and those rates."""
+    after 4 or more; the prior (a third after one token, a half after two) lies a little above those rates."""
 
     #: runs of 1 to `RUNS` - 1 agreeing tokens have a rate each; longer ones share the last
     RUNS = 4

@@ -340,8 +340,8 @@ class Tree:
 @dataclass(frozen=True)
 class Copy:
     """Each row's copy (step 1): `tokens[b]`, the tokens prompt lookup copied for row b (maybe none); `holds`,
-    the chance that the copy's tokens 1..i all hold, the product of the row's `CopyRecord` rates (column i - 1;
-    -1 past the row's copy); and `matched[b]`, how many tokens before the copy agreed with those before its source
+    the chance that the copy's tokens 1..i all hold, the product of the row's `CopyRecord` chances for them (-1 past
+    the row's copy); and `matched[b]`, how many tokens before the copy agreed with those before its source
     (`lookup_matched`), by which the record reads it."""
 
     tokens: list[list[int]]
