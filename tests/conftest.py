@@ -117,3 +117,20 @@ def unchecked():
     """`types_unchecked` for a whole test."""
     with types_unchecked():
         yield
+
+
+#: tests that take 20 s or more of a worker (notebooks, processes started afresh, the third-party samplers' laws)
+SLOWEST = (
+    "tests/test_tutorials.py::test_the_notebook_runs",
+    "tests/test_seeds.py::test_a_seed_repeats_across_processes",
+    "tests/test_oracle.py::test_a_correct_third_party_speculative_decoder_conforms",
+    "tests/test_oracle.py::test_transformers_assisted_generation_samples_the_target_law",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the slowest tests first. pytest-xdist's work stealing moves tests that have not started between workers
+    but never splits one that has, so a 50-s notebook started last keeps one worker busy while the other idles;
+    started first, the short tests even the workers out at the end. The order changes nothing else: every test
+    sets up what it needs (`make test-hosts` shuffles it)."""
+    items.sort(key=lambda item: not item.nodeid.startswith(SLOWEST))
