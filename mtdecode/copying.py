@@ -42,6 +42,13 @@ def lookup_matched(tokens: list[int], ngram: int, k: int) -> tuple[list[int], in
     return [], 0
 
 
+@no_type_check  # plain ints and lists, per row per step
+def lookup_rows(rows: list[list[int]], ngram: int, room: list[int]) -> tuple[list[list[int]], list[int]]:
+    """`lookup_matched` for every row (up to `room[b]` tokens for row b): the rows' copies, and their matched runs."""
+    found = [lookup_matched(tokens, ngram, k) for tokens, k in zip(rows, room, strict=True)]
+    return [copy for copy, _ in found], [matched for _, matched in found]
+
+
 class CopyRecord:
     """How often this row's copied tokens were accepted, read by the length of the run of tokens that agreed before
     each one.

@@ -66,7 +66,7 @@ import torch
 from einops import rearrange, repeat
 
 from mtdecode import masks, tuning
-from mtdecode.copying import CopyRecord, lookup_matched
+from mtdecode.copying import CopyRecord, lookup_rows
 from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice, expected_tokens
 from mtdecode.model import CausalLM
 from mtdecode.session import Choice, Session, Step
@@ -364,12 +364,11 @@ class Copy:
 
 def find_copies(s: Session, most: int, ngram: int, record: CopyRecord) -> Copy:
     """Step 1, the copy: up to `most` tokens per row that followed the latest earlier occurrence of its last n-gram
-    (`mtdecode.copying.lookup_matched`, as prompt lookup copies; no more than the row's budget leaves room for), with
+    (`mtdecode.copying.lookup_rows`, as prompt lookup copies; no more than the row's budget leaves room for), with
     the chances that they hold by the row's record after the run that matched. The copy reads the committed text
     only, never p."""
     room = s.budget(most).tolist()
-    found = [lookup_matched(row, ngram, k) for row, k in zip(s.tokens, room, strict=True)]
-    tokens, matched = [copy for copy, _ in found], [n for _, n in found]
+    tokens, matched = lookup_rows(s.tokens, ngram, room)
     longest = max(map(len, tokens), default=0)
     holds = record.chances(longest, matched).cumprod(1).to(s.device)  # (batch, copy)
     short = (

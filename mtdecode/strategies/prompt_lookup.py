@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
-from mtdecode.copying import CopyRecord, lookup_matched
+from mtdecode.copying import CopyRecord, lookup_rows
 from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice, expected_tokens
 from mtdecode.session import Choice, Session, Step
 from mtdecode.tensor_types import Bool, Tensor
@@ -69,8 +69,7 @@ class PromptLookup:
             s.record_choice(lambda: copy_choice("PromptLookup", length, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens).tolist()  # the step adds one token
-            found = [lookup_matched(tokens, self.ngram, k_b) for tokens, k_b in zip(s.tokens, k, strict=True)]  # 1
-            copied, matched = [copy for copy, _ in found], [n for _, n in found]
+            copied, matched = lookup_rows(s.tokens, self.ngram, k)  # step 1
             if length is not None:
                 copied = worth_verifying(copied, matched, length, record, s.active)
             steps, _, accepted = verify_chain(s, padded(copied, s.device))  # step 2
