@@ -642,8 +642,9 @@ def lookahead_plan(
 
     **Returns:** the settings (None: decode greedily) and the choice: `"Lookahead: W=1, N=2, G=5 (at most):
     predicted 1.31x greedy ..."`, or, when no setting is predicted to beat greedy by more than the
-    measurement's scatter, `"Lookahead: decodes greedily: its best setting ... Lookahead(1, 2, 5) forces it"`
-    (`Choice.greedy`). The choice is None when all three values were given: nothing was tuned.
+    measurement's scatter (for a batch, plus `BOOKKEEPING`, as `batch_margin` adds it), `"Lookahead: decodes
+    greedily: its best setting ... Lookahead(1, 2, 5) forces it"` (`Choice.greedy`). The choice is None when all
+    three values were given: nothing was tuned.
     """
     if window is not None and ngram is not None and guesses is not None:
         return (window, ngram, guesses), None
@@ -652,19 +653,23 @@ def lookahead_plan(
     speed = predicted_speedup(costs, w, n, g, prompt_pool=prompt_pool)
     size = (w + g) * (n - 1)
     noise = margin(model, size, rows=rows)
+    # a batch's steps spend what the cost model leaves out (`BOOKKEEPING`), as the batch rule's margin weighs it
+    # (`batch_margin`); one row's candidate rule weighs it per step (`step_overhead`)
+    bookkeeping = 0.0 if rows == 1 else BOOKKEEPING
+    kept_out = "" if rows == 1 else f" plus the steps' bookkeeping ({bookkeeping:.0%})"
     here = "on this host" if rows == 1 else f"for a batch of {rows} rows on this host"
     values = {"W": (w, window), "N": (n, ngram), "G": (g, guesses)}  # chosen, given
     setting = ", ".join(f"{k}={v}" + (" (given)" if given is not None else "") for k, (v, given) in values.items())
-    if window is None and ngram is None and guesses is None and speed <= 1 + noise:
+    if window is None and ngram is None and guesses is None and speed <= 1 + noise + bookkeeping:
         forced = f"Lookahead({w}, {n}, {g}{'' if prompt_pool else ', prompt_pool=False'})"
         reason = (
             f"its best setting W={w}, N={n}, G={g} is predicted at only {speed:.2f}x greedy, within the "
-            f"measurement's scatter of {noise:.0%} of 1, because a forward over {size} tokens costs "
+            f"measurement's scatter of {noise:.0%} of 1{kept_out}, because a forward over {size} tokens costs "
             f"{relative_cost(costs, size):.2f}x one token {here}; {forced} forces it"
         )
         return None, Choice("Lookahead", "decodes greedily", reason, greedy=True)
     greedy = "greedy on this host's forward costs" if rows == 1 else f"batched greedy on this host's t({rows}, n)"
-    reason = f"predicted {speed:.2f}x {greedy}, beyond their {noise:.0%} scatter"
+    reason = f"predicted {speed:.2f}x {greedy}, beyond their {noise:.0%} scatter{kept_out}"
     if guesses is None:
         setting += " (at most)"
         reason += "; each step verifies only the candidates that pay"

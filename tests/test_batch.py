@@ -151,7 +151,12 @@ def test_every_row_of_a_greedy_mtad_batch_equals_its_prompt_alone(family, batch)
     check_rows(family, "mtad", batch)
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
+#: the sampled rows' strategies: every one, and lookahead with a window of x0 alone (W = 1, N = 2), whose steps
+#: without a candidate in any row are plain steps while other steps verify (`lookahead.plain_step`)
+SAMPLED = {**STRATEGIES, "lookahead, x0 alone": lambda f: Lookahead(1, 2, 2, prompt_pool=True)}
+
+
+@pytest.mark.parametrize("name", SAMPLED)
 @settings(max_examples=10)
 @given(batch=batches(), seed=st.integers(0, 2**40))
 def test_a_sampled_row_equals_its_prompt_alone_with_its_seed(name, batch, seed):
@@ -159,7 +164,7 @@ def test_a_sampled_row_equals_its_prompt_alone_with_its_seed(name, batch, seed):
     or steps depend on the other rows."""
     prompts, budget, eos_from = batch
     eos = eos_token("llama", prompts, eos_from)
-    strategy = STRATEGIES[name]("llama")
+    strategy = SAMPLED[name]("llama")
     sampling = dict(max_new_tokens=budget, eos_token_id=eos, pad_token_id=PAD, temperature=0.9, top_k=12)
     result = generate(target("llama"), prompts, strategy, seed=seed, **sampling)
     for b, prompt in enumerate(prompts):

@@ -107,6 +107,29 @@ def test_guesses_are_accepted_on_repetitive_text(strategy):
     assert sum(step.accepted for step in result.steps) >= 8
 
 
+def test_a_batch_with_a_window_of_x0_alone_mixes_plain_and_verifying_steps_and_equals_greedy(monkeypatch):
+    """W = 1, N = 2: a step in which no row has a candidate is a plain step (`plain_step`), the others verify in the
+    layout's forward; both kinds run in this batch (non-vacuity), and every row is greedy's."""
+    from mtdecode.strategies import lookahead
+
+    calls = {"plain": 0, "layout": 0}
+
+    def counted(name, step):
+        def run(*args):
+            calls[name] += 1
+            return step(*args)
+
+        return run
+
+    monkeypatch.setattr(lookahead, "plain_step", counted("plain", lookahead.plain_step))
+    monkeypatch.setattr(lookahead, "lookahead_step", counted("layout", lookahead.lookahead_step))
+    prompts = [[1, 2, 3, 4, 1, 2, 3], [5, 9], [7, 7, 7, 7]]
+    result = mtdecode.generate(model(), prompts, Lookahead(1, 2, 3, prompt_pool=True), max_new_tokens=30)
+    assert calls["plain"] > 0 and calls["layout"] > 0, calls
+    assert [result.row(b) for b in range(3)] == [greedy_tokens(model(), p, 30) for p in prompts]
+    assert sum(step.accepted for step in result.steps) > 0
+
+
 def test_one_forward_equals_each_branch_on_its_own():
     """Every row of the lookahead input gives the logits that a plain left-to-right forward over
     the tokens it may see (by the rule) gives, at the positions that rule assigns."""
@@ -228,6 +251,23 @@ def test_a_predicted_gain_within_the_measurements_scatter_is_not_taken(monkeypat
     monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: {s: gain for s in tuning.SIZES})
     assert tuning.lookahead_settings(m, None, None, None) is None
     assert "within the measurement's scatter" in tuning.explain(m)[1]
+
+
+def test_a_batch_takes_a_predicted_gain_only_beyond_the_scatter_and_the_steps_bookkeeping(monkeypatch):
+    """Forwards of 2 to 4 tokens at 1.08x one token, in one row and in a batch of 4 alike, and no scatter: the best
+    setting is predicted less than `tuning.BOOKKEEPING` above 1.0x. One row takes it (its candidate rule weighs the
+    bookkeeping step by step); a batch does not, as the batch rule's margin (`tuning.batch_margin`) would not."""
+    m = mtdecode.model.CausalLM.wrap(model())
+    mild = {n: 1.0 if n == 1 else 1.08 + 0.3 * (n - 4) * (n > 4) for n in tuning.SIZES}
+    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: mild)
+    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: dict.fromkeys(tuning.SIZES, 0.0))
+    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: dict.fromkeys(tuning.SIZES, 0.0))
+    w, n, g = tuning.choose(mild)
+    assert 0 < tuning.predicted_speedup(mild, w, n, g) - 1 < tuning.BOOKKEEPING
+    assert tuning.lookahead_settings(m, None, None, None) == (w, n, g)
+    settings, choice = tuning.lookahead_plan(m, None, None, None, rows=4)
+    assert settings is None and choice.greedy and "plus the steps' bookkeeping (5%)" in choice.reason
+    assert tuning.lookahead_plan(m, w, None, None, rows=4)[0] == (w, n, g)  # a value given: the user asked for it
 
 
 def test_tuned_lookahead_measures_once_and_decodes_exactly():

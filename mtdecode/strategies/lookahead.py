@@ -26,6 +26,9 @@ rows of W columns; the pool fills from then on. Per step, with x0 the newest com
 4. the predictions under the window's last row are the new row; a full window gives W n-grams;
 5. slide the window.
 
+With W=1 and N=2 (the setting chosen for batches on a CPU) the window is x0 alone: a step where no row verifies
+a candidate is then a plain step (`plain_step`), without the layout's mask and the cache's `keep`.
+
 In a batch every row has its own window and pool; the rows step together, so their windows
 have the same shape, and a row with fewer candidates than another is padded with -1.
 
@@ -119,7 +122,10 @@ class Lookahead:
             if rule is not None:
                 found = worth_trying(found, rule, record, s.active)
             candidates = pad_candidates(found, s.device)  # step 1
-            steps, new_row, verdict = lookahead_step(s, window, candidates)  # steps 2-3
+            if candidates.shape[1] == 0 and window.columns == 1 and len(window.rows) == 1:
+                steps, new_row, verdict = plain_step(s)  # nothing to verify, and a window of x0 alone (W=1, N=2)
+            else:
+                steps, new_row, verdict = lookahead_step(s, window, candidates)  # steps 2-3
             if rule is not None:
                 tried = torch.tensor([len(row) for row in found], device="cpu")
                 rule.record(tried.to(s.device), verdict.accepted)
@@ -313,6 +319,19 @@ def lookahead_step(
     candidate_logits = logits[:, first + layout.columns :]
     steps, verdict = verify_and_keep(s, layout, candidates[:, :count], logits[:, 0], candidate_logits)
     return steps, new_row, verdict
+
+
+def plain_step(s: Session) -> tuple[list[Step], Int[Tensor, "batch 1"], Verdict]:
+    """`lookahead_step` where no row verifies a candidate and the window is x0 alone (W = 1, N = 2): its input is
+    then the unread tokens, so the step is a plain one, taken at greedy's cost (`mtdecode.plain`), without the
+    layout's mask and the cache's `keep`. The same verdict (a step with no candidate: p's token, the random streams
+    alike) and the same new window row (the target's argmax after x0)."""
+    logits = s.target.extend(s.unread(s.target), logits_to_keep=1)[:, -1]  # (batch, vocab)
+    s.target.cache.commit()
+    none = torch.full((logits.shape[0], 0, 0), NONE, dtype=torch.long, device=s.device)
+    verdict = verify_logits(s.sampler, logits, logits[:, None, None, :][:, :0, :0], none, s.random, s.active)
+    steps = s.commit(verdict.tokens, verdict.accepted + 1, drafted=0, accepted=verdict.accepted)
+    return steps, logits.argmax(dim=-1)[:, None], verdict
 
 
 def verify_and_keep(
