@@ -783,30 +783,6 @@ def test_lookaheads_candidate_record_is_kept_until_a_step_verifies_candidates():
     assert after[0, 2] > before[0, 2] and after[1, 1] < before[1, 1]
 
 
-def test_a_lookahead_window_of_one_column_and_one_row_is_x0_alone_and_its_steps_without_candidates_are_plain(
-    monkeypatch,
-):
-    """W = 1, N = 2: the window is x0 alone (its start draws W + N - 3 = 0 prompt tokens), so a step with no candidate
-    is a plain step (`plain_step`, one token per row, as greedy decoding feeds), never the layout's forward."""
-    from mtdecode.strategies import lookahead
-
-    calls = {"plain": 0, "layout": 0}
-
-    def counted(name, step):
-        def run(*args):
-            calls[name] += 1
-            return step(*args)
-
-        return run
-
-    monkeypatch.setattr(lookahead, "plain_step", counted("plain", lookahead.plain_step))
-    monkeypatch.setattr(lookahead, "lookahead_step", counted("layout", lookahead.lookahead_step))
-    target = pair()[0]
-    result = mtdecode.generate(target, [[1, 2, 3], [4, 5]], Lookahead(1, 2, 0), max_new_tokens=6)
-    assert calls == {"plain": 6, "layout": 0}
-    assert [result.row(b) for b in range(2)] == [greedy_tokens(target, p, 6) for p in ([1, 2, 3], [4, 5])]
-
-
 def test_a_drafts_acceptance_is_measured_once_on_the_targets_own_text(tmp_path, monkeypatch):
     """`tuning.draft_acceptance`: 1 for the target drafting for itself, less for an unrelated model, kept on disk."""
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))

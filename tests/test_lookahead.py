@@ -107,9 +107,8 @@ def test_guesses_are_accepted_on_repetitive_text(strategy):
     assert sum(step.accepted for step in result.steps) >= 8
 
 
-def test_a_batch_with_a_window_of_x0_alone_mixes_plain_and_verifying_steps_and_equals_greedy(monkeypatch):
-    """W = 1, N = 2: a step in which no row has a candidate is a plain step (`plain_step`), the others verify in the
-    layout's forward; both kinds run in this batch (non-vacuity), and every row is greedy's."""
+def counting_steps(monkeypatch) -> dict[str, int]:
+    """Count the calls of `lookahead.plain_step` ("plain") and `lookahead.lookahead_step` ("layout") from now on."""
     from mtdecode.strategies import lookahead
 
     calls = {"plain": 0, "layout": 0}
@@ -123,6 +122,23 @@ def test_a_batch_with_a_window_of_x0_alone_mixes_plain_and_verifying_steps_and_e
 
     monkeypatch.setattr(lookahead, "plain_step", counted("plain", lookahead.plain_step))
     monkeypatch.setattr(lookahead, "lookahead_step", counted("layout", lookahead.lookahead_step))
+    return calls
+
+
+def test_a_window_of_x0_alone_with_no_candidates_takes_plain_steps(monkeypatch):
+    """W = 1, N = 2: the window is x0 alone (its start draws W + N - 3 = 0 prompt tokens), so with G = 0 every step
+    is a plain step (`plain_step`, one token per row, as greedy decoding feeds), never the layout's forward."""
+    calls = counting_steps(monkeypatch)
+    prompts = [[1, 2, 3], [4, 5]]
+    result = mtdecode.generate(model(), prompts, Lookahead(1, 2, 0), max_new_tokens=6)
+    assert calls == {"plain": 6, "layout": 0}
+    assert [result.row(b) for b in range(2)] == [greedy_tokens(model(), p, 6) for p in prompts]
+
+
+def test_a_batch_with_a_window_of_x0_alone_mixes_plain_and_verifying_steps_and_equals_greedy(monkeypatch):
+    """W = 1, N = 2: a step in which no row has a candidate is a plain step (`plain_step`), the others verify in the
+    layout's forward; both kinds run in this batch (non-vacuity), and every row is greedy's."""
+    calls = counting_steps(monkeypatch)
     prompts = [[1, 2, 3, 4, 1, 2, 3], [5, 9], [7, 7, 7, 7]]
     result = mtdecode.generate(model(), prompts, Lookahead(1, 2, 3, prompt_pool=True), max_new_tokens=30)
     assert calls["plain"] > 0 and calls["layout"] > 0, calls
