@@ -26,8 +26,8 @@ rows of W columns; the pool fills from then on. Per step, with x0 the newest com
 4. the predictions under the window's last row are the new row; a full window gives W n-grams;
 5. slide the window.
 
-With W=1 and N=2 (the setting chosen for batches on a CPU) the window is x0 alone: a step where no row verifies
-a candidate is then a plain step (`plain_step`), without the layout's mask and the cache's `keep`.
+With W=1 and N=2 (what the tuning chose for 2 and 4 rows on a 2-core CPU) the window is x0 alone: a step where
+no row verifies a candidate is then a plain step (`plain_step`), without the layout's mask and the cache's `keep`.
 
 In a batch every row has its own window and pool; the rows step together, so their windows
 have the same shape, and a row with fewer candidates than another is padded with -1.
