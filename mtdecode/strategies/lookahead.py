@@ -63,7 +63,7 @@ from mtdecode.copying import prompt_tokens
 from mtdecode.drafting import DraftLength, drafting_choice
 from mtdecode.masks import LookaheadLayout
 from mtdecode.model import left_pad
-from mtdecode.plain import decode_plainly
+from mtdecode.plain import decode_plainly, prefill
 from mtdecode.session import Choice, Session, Step
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import NONE, Verdict, verify_logits
@@ -123,7 +123,7 @@ class Lookahead:
                 found = worth_trying(found, rule, record, s.active)
             candidates = pad_candidates(found, s.device)  # step 1
             if candidates.shape[1] == 0 and window.columns == 1 and len(window.rows) == 1:
-                steps, new_row, verdict = plain_step(s)  # nothing to verify, and a window of x0 alone (W=1, N=2)
+                steps, new_row, verdict = plain_step(s, candidates)  # nothing to verify, a window of x0 alone
             else:
                 steps, new_row, verdict = lookahead_step(s, window, candidates)  # steps 2-3
             if rule is not None:
@@ -321,15 +321,16 @@ def lookahead_step(
     return steps, new_row, verdict
 
 
-def plain_step(s: Session) -> tuple[list[Step], Int[Tensor, "batch 1"], Verdict]:
-    """`lookahead_step` where no row verifies a candidate and the window is x0 alone (W = 1, N = 2): its input is
-    then the unread tokens, so the step is a plain one, taken at greedy's cost (`mtdecode.plain`), without the
-    layout's mask and the cache's `keep`. The same verdict (a step with no candidate: p's token, the random streams
-    alike) and the same new window row (the target's argmax after x0)."""
-    logits = s.target.extend(s.unread(s.target), logits_to_keep=1)[:, -1]  # (batch, vocab)
-    s.target.cache.commit()
-    none = torch.full((logits.shape[0], 0, 0), NONE, dtype=torch.long, device=s.device)
-    verdict = verify_logits(s.sampler, logits, logits[:, None, None, :][:, :0, :0], none, s.random, s.active)
+def plain_step(
+    s: Session, candidates: Int[Tensor, "batch 0 0"]
+) -> tuple[list[Step], Int[Tensor, "batch 1"], Verdict]:
+    """`lookahead_step` where no row verifies a candidate (`candidates` is empty) and the window is x0 alone (W = 1,
+    N = 2): its input is then the unread tokens, so the step is a plain one, taken at greedy's cost
+    (`mtdecode.plain.prefill`), without the layout's mask and the cache's `keep`. The same verdict (a step with no
+    candidate: p's token, the random streams alike) and the same new window row (the target's argmax after x0)."""
+    logits = prefill(s)  # (batch, vocab), after every row's unread tokens
+    after = logits.new_empty(*candidates.shape, logits.shape[-1])  # (batch, 0, 0, vocab): no candidate to score
+    verdict = verify_logits(s.sampler, logits, after, candidates, s.random, s.active)
     steps = s.commit(verdict.tokens, verdict.accepted + 1, drafted=0, accepted=verdict.accepted)
     return steps, logits.argmax(dim=-1)[:, None], verdict
 
