@@ -44,9 +44,14 @@ scatter averaged out, and says whether that reaches the floor. Where that
 interval straddles the floor, the pairs are split in two: the forwards alone (the same work in both runs of a pair,
 so their ratio shows the host's scatter), and each run with its forwards timed as its greedy partner's same forwards
 were, which leaves what its steps spend beside them; when the first holds 1, the second, free of the forwards'
-scatter, decides. Last, every exact strategy raced at 4 rows of the code prompts is judged against 1.2x batched greedy
-on its pairs' interval, with the measurement that limits each one below it (`goal`), beside the share of greedy's run
-that the prompts' forward takes, which no strategy shortens: what 1.2x then asks of the steps after it.
+scatter, decides. Then every cell of every runner, where it drafted too, is judged that way (`at_their_price`): in each
+pair its forwards are timed as greedy's forwards in the pair were, scaled by what t(B, n) prices its forwards at
+against greedy's, and its time beside them is added as measured; that leaves the host's scatter out of the forwards,
+and stands on t(B, n), so it first says, per runner, whether its forwards alone took their price over all its pairs,
+and names what limits each cell not at or above the floor. Last, every exact strategy raced at 4 rows of the code
+prompts is judged against 1.2x batched greedy on its pairs' interval, with the measurement that limits each one below
+it (`goal`), beside the share of greedy's run that the prompts' forward takes, which no strategy shortens: what 1.2x
+then asks of the steps after it. Every 95% interval here is Student's t over the logarithms of the ratios.
 
     python benchmarks/batch_throughput.py [--rounds 2] [--new-tokens 32] [--batches 1 2 4 8 16 32]
                                           [--sets mixed code] [--strategies eagle ...] [--paired]
@@ -224,7 +229,12 @@ def race(runners: dict, rounds: int, label: str, paired: bool = False, models: d
                 speed = {who: run(who) for who in order}
                 totals[name]["pairs"].append(speed[name] / speed["greedy"])
                 totals[name]["beside_greedy"].append(speed["greedy"])
-                totals[name]["pair_times"].append((*totals[name]["timed"], *totals["greedy"]["timed"][:2]))
+                # the runner's seconds, forwards' seconds and target forwards, greedy's seconds and forwards' seconds,
+                # what t(B, n) prices the runner's forwards and greedy's at (`modelled_seconds`), and their tokens
+                timed = (*totals[name]["timed"], *totals["greedy"]["timed"][:2])
+                priced = (totals[name]["modelled"], totals["greedy"]["modelled"])
+                tokens = (sum(map(len, totals[name]["rows"])), sum(map(len, totals["greedy"]["rows"])))
+                totals[name]["pair_times"].append((*timed, *priced, *tokens))
     return totals
 
 
@@ -310,15 +320,68 @@ def host_scatter(figures: list[dict]) -> list[str]:
     ]
 
 
+def at_their_price(figures: list[dict]) -> list[str]:
+    """Every cell of every runner judged against the floor with its forwards timed at their price, the host's scatter
+    in them left out. In each pair, the runner's forwards are timed as its greedy partner's forwards were, scaled by
+    what t(B, n) prices the runner's forwards at against greedy's (`paired_seconds`' last two figures), and what the
+    runner spent beside its forwards is added as measured (`priced_pairs`); for a runner that fed greedy's very
+    forwards this is `split_pairs`' second figure. That stands on t(B, n) pricing the runner's forwards right, so
+    first, per runner, its forwards alone against that price, pooled over every pair of every cell (`interval`): where
+    the interval holds 1, t(B, n) prices them within what the pairs can tell; where it does not, t(B, n) as measured
+    limits every verdict below it. Then the cells not at or above the floor, each with what limits it (`limiting`):
+    the steps' cost beside the forwards where its forwards alone, priced by t(B, n), reach the floor (`modelled`),
+    else t(B, n) against the acceptance per row."""
+    cells: dict[str, list[dict]] = {}
+    for figure in figures:
+        if figure["runner"] not in ("greedy", "transformers") and len(figure["paired_seconds"]) >= 2:
+            cells.setdefault(figure["runner"], []).append(figure)
+    lines = []
+    for runner, figures_of in cells.items():
+        times = [t for f in figures_of for t in f["paired_seconds"]]
+        mean, low, high = interval([math.log(fx / (fg * mx / mg)) for _, fx, _, _, fg, mx, mg, *_ in times])
+        judged = [(f, priced_pairs(f["paired_seconds"])) for f in figures_of]
+        short = [(f, p) for f, p in judged if not against(p[1], p[2], FLOOR).startswith("at or above")]
+        price = "t(B, n) prices them within the pairs' reach" if low <= 1 <= high else "t(B, n) misprices them"
+        lines.append(
+            f"  {runner:14} its forwards took {mean:.3f}x their price (95%: {low:.3f}-{high:.3f}) over {len(times)} "
+            f"pairs: {price}; at or above {FLOOR}x in {len(judged) - len(short)} of {len(judged)} cells"
+        )
+        for f, (ratio, lo, hi) in short:
+            measurement = limiting(FLOOR, f["modelled"], None)
+            if measurement == "beside":
+                why = (f"the steps' cost beside the forwards ({f['ms_beside_forwards']:.1f} ms per target forward; "
+                       f"its forwards alone model {f['modelled']:.3f}x)")  # fmt: skip
+            else:
+                why = (f"t({f['batch']}, n) against the acceptance per row (its forwards alone model "
+                       f"{f['modelled']:.3f}x at {f['tokens_per_forward']:.2f} tokens per row forward)")  # fmt: skip
+            if not low <= 1 <= high:
+                why = f"t({f['batch']}, n) as measured (it misprices this runner's forwards); {why}"
+            lines.append(
+                f"  {'':14} {f['batch']:>2} rows, {f['prompts']:5}: {ratio:.3f}x (95%: {lo:.3f}-{hi:.3f}): "
+                f"{against(lo, hi, FLOOR)}, limited by {why}"
+            )
+    return lines
+
+
+def priced_pairs(times: list) -> tuple[float, float, float]:
+    """A cell's pairs (`paired_seconds`: the runner's seconds, forwards' seconds and target forwards; greedy's seconds
+    and forwards' seconds; the runner's and greedy's forwards priced by t(B, n); the runner's and greedy's tokens) with
+    the runner's forwards timed at their price, greedy's forwards' seconds in the pair times the price's ratio, and
+    the runner's seconds beside its own forwards added: its tokens per second over greedy's, pooled by `interval`."""
+    speeds = [(tx / (fg * mx / mg + sx - fx), tg / sg) for sx, fx, _, sg, fg, mx, mg, tx, tg in times]
+    return interval([math.log(x / g) for x, g in speeds])
+
+
 def split_pairs(times: list) -> list[str]:
     """The two parts of a runner's pairs that fed greedy's very forwards (`paired_seconds`: its run's seconds, its
-    forwards' seconds and its target forwards, then greedy's seconds and forwards' seconds): the forwards' ratio
-    (greedy's forwards' seconds over the runner's), and the run's ratio with its forwards timed as greedy's were
-    (greedy's seconds over greedy's forwards' seconds plus what the runner spent beside its own), each pooled by
-    `interval`, with the verdict the second gives where the first holds 1."""
+    forwards' seconds and its target forwards, then greedy's seconds and forwards' seconds; the prices and tokens
+    after them are `priced_pairs`'): the forwards' ratio (greedy's forwards' seconds over the runner's), and the
+    run's ratio with its forwards timed as greedy's were (greedy's seconds over greedy's forwards' seconds plus what
+    the runner spent beside its own), each pooled by `interval`, with the verdict the second gives where the first
+    holds 1."""
     forwards = forwards_ratio(times)
-    beside = interval([math.log(sg / (fg + sx - fx)) for sx, fx, _, sg, fg in times])
-    extra = statistics.fmean(1000 * ((sx - fx) - (sg - fg)) / steps for sx, fx, steps, sg, fg in times)
+    beside = interval([math.log(sg / (fg + sx - fx)) for sx, fx, _, sg, fg, *_ in times])
+    extra = statistics.fmean(1000 * ((sx - fx) - (sg - fg)) / steps for sx, fx, steps, sg, fg, *_ in times)
     same = forwards[1] <= 1 <= forwards[2]
     verdict = against(beside[1], beside[2], FLOOR) if same else "not split: its forwards' time differs from greedy's"
     return [
@@ -331,13 +394,30 @@ def split_pairs(times: list) -> list[str]:
 
 def forwards_ratio(times: list) -> tuple[float, float, float]:
     """Greedy's forwards' seconds over the runner's in each pair (`paired_seconds`), pooled by `interval`."""
-    return interval([math.log(fg / fx) for _, fx, _, _, fg in times])
+    return interval([math.log(fg / fx) for _, fx, _, _, fg, *_ in times])
 
 
 def interval(logs: list[float]) -> tuple[float, float, float]:
-    """The geometric mean of ratios given by their logarithms, and its 95% interval (normal, over the logarithms)."""
-    mean, half = statistics.fmean(logs), 1.96 * statistics.stdev(logs) / math.sqrt(len(logs))
+    """The geometric mean of ratios given by their logarithms, and its 95% interval (Student's t over the logarithms:
+    a cell's few pairs leave their own spread uncertain, which the normal's 1.96 would leave out)."""
+    n = len(logs)
+    mean, half = statistics.fmean(logs), t_975(n - 1) * statistics.stdev(logs) / math.sqrt(n)
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+#: Student's t at 97.5% for 1 to 9 degrees of freedom (from its tables); `t_975` expands the rest
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
+
+
+def t_975(dof: int) -> float:
+    """Student's t at 97.5% with `dof` degrees of freedom: the table `T_975` up to 9, beyond it the Cornish-Fisher
+    expansion around the normal's 1.96 (Abramowitz and Stegun's for many degrees of freedom, three terms: within
+    0.001 of the tables from 10 on)."""
+    if dof <= len(T_975):
+        return T_975[dof - 1]
+    z = 1.959964
+    terms = (z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96, (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    return z + sum(term / dof ** (i + 1) for i, term in enumerate(terms))
 
 
 def against(low: float, high: float, floor: float) -> str:
@@ -591,6 +671,7 @@ def main() -> None:
                     "paired_seconds": v["pair_times"], "modelled": modelled,
                     "predicted": predicted,
                     "fastest_ratio": fastest, "same_work_every_run": len(v["work"]) == 1,
+                    "at_price": priced_pairs(v["pair_times"]) if len(pairs) > 1 and name in made else None,
                     "greedy_forwards": name in made and greedy_forwards(t, name),
                     "ms_beside_forwards": v["beside"],
                     "tokens_per_forward": None if stats is None else stats.tokens_per_forward,
@@ -603,6 +684,8 @@ def main() -> None:
     if args.paired:
         print("\n== pooled pairs where a runner fed greedy's very forwards, against batched greedy:")
         print("\n".join(pooled(figures)))
+        print("\n== every cell, its forwards timed at their price (greedy's forwards in its pair, scaled by t(B, n)):")
+        print("\n".join(at_their_price(figures)))
     if lines := goal(figures, made):
         print(f"\n== the best exact strategy raced at {GOAL_BATCH} rows of the {GOAL_PROMPTS} prompts, against greedy:")
         print("\n".join(lines))

@@ -1,10 +1,15 @@
-"""`benchmarks/batch_throughput.py`'s judgement of the goal, on figures made by hand (no race is run).
+"""`benchmarks/batch_throughput.py`'s judgement of the goal and the floor, on figures made by hand (no race is run).
 
 - Where a run priced by t(B, n) predicts the goal and its clock does not show it, the benchmark names a measurement:
   t(B, n) as measured when the pairs' forwards alone ran below the ratio t(B, n) prices them at, with their interval;
   the host's scatter when that interval reaches the price, or when the runner fed greedy's very forwards (the same
   work, priced alike); nothing from fewer than two pairs.
 - A run at or above the goal names no limit.
+- A few pairs' interval is Student's t, not the normal's.
+- Each cell judged with its forwards timed at their price (greedy's forwards in the pair, scaled by t(B, n)) is free of
+  the host's scatter in them, counts the runner's tokens, and names what limits a cell below the floor: the steps'
+  cost beside the forwards, t(B, n) against the acceptance per row, or t(B, n) as measured where the runner's forwards
+  took more than their price over its pairs.
 """
 
 import importlib.util
@@ -90,3 +95,56 @@ def test_the_hosts_scatter_says_how_often_a_cell_as_fast_as_greedy_lands_below_t
     assert "median of 2 pairs with chance 0.03 to 0.29: about 0 to 1 of these 2 cells" in two[1]
     assert two[1].endswith("below by their median: 0")
     assert bench.host_scatter(ours) == []  # no transformers pairs: no scatter to tell
+
+
+def test_students_t_widens_a_few_pairs_interval(bench):
+    # Student's t at 97.5% from its tables: 2 pairs' interval is 12.7 standard errors wide on each side, not 1.96
+    for dof, table in ((1, 12.706), (2, 4.303), (9, 2.262), (10, 2.228), (14, 2.145), (30, 2.042), (120, 1.980)):
+        assert bench.t_975(dof) == pytest.approx(table, abs=0.001), dof
+    a = math.log(1.05)  # three pairs at 1/1.05, 1 and 1.05: their logarithms' standard deviation is a
+    mean, low, high = bench.interval([-a, 0.0, a])
+    assert mean == pytest.approx(1.0) and math.log(high) == pytest.approx(4.303 * a / math.sqrt(3), rel=1e-3)
+
+
+def priced_figure(
+    noise: list[float], *, beside: float = 0.05, dearer: float = 1.0, modelled: float = 1.25, tokens: int = 128
+) -> dict:
+    """A cell of pairs whose forwards scatter with the host (`noise`: the runner's forwards' time over their price, in
+    turn above and below it), priced by t(B, n) at 0.8 of greedy's forwards (the runner's priced at 0.8 s, greedy's at
+    1.0 s), `dearer` times that in every pair; greedy spends 0.05 s beside its forwards and the runner `beside`; the
+    runner makes `tokens` tokens, greedy 128."""
+    times = []
+    for i, n in enumerate(noise):
+        fg = 1.6 * (1.1 if i % 2 else 0.9)  # greedy's forwards: the host's speed in this pair
+        fx = fg * 0.8 * n * dearer
+        times.append((fx + beside, fx, 18, fg + 0.05, fg, 0.8, 1.0, tokens, 128))
+    ratios = [(tokens / sx) / (128 / sg) for sx, _, _, sg, *_ in times]
+    return {
+        "batch": 2, "prompts": "mixed", "runner": "jacobi", "paired_ratios": ratios, "paired_seconds": times,
+        "modelled": modelled, "ms_beside_forwards": 1000 * beside / 18, "tokens_per_forward": 1.3,
+    }  # fmt: skip
+
+
+def test_a_cell_with_its_forwards_timed_at_their_price_is_judged_without_the_hosts_scatter(bench):
+    scattered = priced_figure([1.3, 0.8, 1.25])  # its whole runs: 0.96x to 1.49x of greedy's, no verdict
+    _, low, high = bench.interval([math.log(r) for r in scattered["paired_ratios"]])
+    assert low < bench.FLOOR < high
+    ratio, low, high = bench.priced_pairs(scattered["paired_seconds"])  # forwards at 0.8 of greedy's partner's
+    assert low >= bench.FLOOR and 1.2 < ratio < 1.25
+    fewer = priced_figure([1.3, 0.8, 1.25], tokens=64)  # half greedy's tokens in those seconds: half its speed
+    assert bench.priced_pairs(fewer["paired_seconds"])[0] == pytest.approx(ratio / 2)
+    lines = bench.at_their_price([scattered, priced_figure([1.1, 0.9, 1.0], beside=0.6)])
+    assert len(lines) == 2 and "pairs: t(B, n) prices them within the pairs' reach" in lines[0]
+    assert lines[0].endswith("at or above 0.97x in 1 of 2 cells")
+    # the second cell spends 0.6 s beside its forwards against greedy's 0.05: below, and its forwards alone reach 1.25x
+    assert "below (0.97x), limited by the steps' cost beside the forwards" in lines[1]
+    unpaid = priced_figure([1.1, 0.9, 1.0], beside=0.6, modelled=0.9)  # forwards alone below the floor too
+    assert "t(2, n) against the acceptance per row" in bench.at_their_price([unpaid])[1]
+
+
+def test_forwards_dearer_than_their_price_name_t_b_n_in_every_verdict_below(bench):
+    dear = priced_figure([1.02, 0.98, 1.0, 1.01], dearer=1.25, beside=0.4)
+    lines = bench.at_their_price([dear])
+    assert "took 1.25" in lines[0] and "t(B, n) misprices them" in lines[0]
+    assert "limited by t(2, n) as measured (it misprices this runner's forwards)" in lines[1]
+    assert bench.at_their_price([{**dear, "paired_seconds": dear["paired_seconds"][:1]}]) == []  # one pair: no verdict
