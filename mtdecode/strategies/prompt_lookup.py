@@ -34,7 +34,7 @@ from mtdecode import tuning
 from mtdecode.copying import CopyRecord, lookup_rows
 from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice, expected_tokens
 from mtdecode.session import Choice, Session, Step
-from mtdecode.tensor_types import Bool, Tensor
+from mtdecode.tensor_types import Bool, Float, Tensor
 from mtdecode.verification import padded, verify_chain
 
 
@@ -92,8 +92,11 @@ def worth_verifying(
     followed `matched[b]` agreeing tokens), known before anything is verified. Those rates are the row's record of
     acceptance already, so they are not calibrated again as a draft's confidence is. `rows`: those still decoding."""
     available = torch.tensor([len(row) for row in copied], device="cpu")  # (batch,)
-    chances = record.chances(max(map(len, copied), default=0), matched)  # (batch, longest copy)
-    expected = expected_tokens(chances.to(length.hits.device).cumprod(1))  # E(0..longest copy)
+
+    def expected() -> Float[Tensor, "batch options"]:  # E(0..longest copy), where the rule weighs it
+        chances = record.chances(max(map(len, copied), default=0), matched)  # (batch, longest copy)
+        return expected_tokens(chances.to(length.hits.device).cumprod(1))
+
     keep = length.plan_expected(expected, available, rows).tolist()
     return [row[:n] for row, n in zip(copied, keep, strict=True)]
 
