@@ -4,6 +4,7 @@ n-gram's previous occurrence (`lookup`) and its record of how often copied token
 (`prompt_tokens`), used by `Jacobi` and `Lookahead`.
 """
 
+from collections.abc import Sequence
 from typing import no_type_check
 
 import torch
@@ -14,6 +15,12 @@ from mtdecode.tensor_types import Float, Int, Tensor
 
 #: `lookup_matched` counts agreeing tokens up to this many
 MATCHED = 16
+
+#: how often a copied token held after a run of 1, 2, ..., 8 or more agreeing tokens, over greedy's answers to the
+#: benchmark suite (`python benchmarks/copy_rates.py`, 64 new tokens: 109 of 472 after one token, 295 of 586 after two
+#: or three, 2487 of 2694 after seven or more; the four tasks' rates after one token lie between 0.19 and 0.28):
+#: prompt lookup's prior (`CopyRecord`). L / (L + 2) lies above it after one and three tokens (0.33 and 0.60).
+SUITE_RATES = (0.23, 0.50, 0.50, 0.71, 0.71, 0.84, 0.92, 0.92)
 
 
 @no_type_check  # plain ints and lists, per row per step (see `mtdecode.tensor_types`)
@@ -57,16 +64,25 @@ class CopyRecord:
     already agrees with the copy's source, the likelier the next copied token holds. That run is the tokens before
     the copy that agreed with those before its source (`lookup_matched`), then the copy's own tokens that held. The
     copied token after a run of L is read with the rate of runs of L (1, 2, ..., `RUNS` - 1 a rate each, longer ones
-    sharing the last), and its prior is L / (L + 2), worth `PRIOR` tokens of the row's record. Over greedy's answers
-    to the benchmark suite a copy's first token held about one time in five after a 1-token match and most times
-    after 4 or more; the prior (a third after one token, a half after two) lies a little above those rates."""
+    sharing the last), and a prior worth `PRIOR` tokens of the row's record: `rates[L - 1]` (runs longer than
+    `rates` take its last), or L / (L + 2) with no `rates` (a third after one token, a half after two).
+
+    **Arguments:**
+
+    - `batch`: the rows.
+    - `rates`: the prior after runs of 1, 2, ... agreeing tokens (`SUITE_RATES`: as measured over greedy's answers
+      to the benchmark suite); None: L / (L + 2).
+    """
 
     #: runs of 1 to `RUNS` - 1 agreeing tokens have a rate each; longer ones share the last
     RUNS = 4
     #: tokens of record the prior is worth
     PRIOR = 2.0
 
-    def __init__(self, batch: int) -> None:
+    def __init__(self, batch: int, rates: Sequence[float] | None = None) -> None:
+        if rates is not None and (not rates or not all(0 < rate < 1 for rate in rates)):
+            raise ValueError(f"rates must be chances strictly between 0 and 1, one per run length, got {rates!r}")
+        self.rates = None if rates is None else torch.tensor(rates, dtype=torch.float64, device="cpu")
         # columns: by the agreeing run's length (bookkeeping on the host)
         self.hits = torch.zeros(batch, self.RUNS, dtype=torch.float64, device="cpu")
         self.tries = torch.zeros(batch, self.RUNS, dtype=torch.float64, device="cpu")
@@ -90,7 +106,10 @@ class CopyRecord:
         """`chances`, worked out from the record."""
         run = self.run(width, matched)
         column = (run - 1).clamp(max=self.RUNS - 1)
-        prior = run.double() / (run.double() + 2.0)
+        if self.rates is None:
+            prior = run.double() / (run.double() + 2.0)
+        else:
+            prior = self.rates[(run - 1).clamp(max=len(self.rates) - 1)]
         rate = (self.hits.gather(1, column) + self.PRIOR * prior) / (self.tries.gather(1, column) + self.PRIOR)
         return rate.cummax(dim=1).values if width else rate
 

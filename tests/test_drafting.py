@@ -379,3 +379,34 @@ def test_a_copied_tokens_chance_after_a_run_is_the_rate_of_that_runs_length():
     assert record.chances(3, [1, 0])[0].tolist() == pytest.approx([(4 + 2 / 3) / 7] * 3)
     assert record.chances(1, [2, 0])[0].tolist() == pytest.approx([1 / 6])  # alone, a run of 2 is not lifted
     assert record.chances(0, [1, 1]).shape == (2, 0)
+
+
+def test_a_copy_records_prior_can_be_rates_measured_by_run():
+    """`CopyRecord(rates=...)`: the prior after a run of L is `rates[L - 1]`, runs longer than the table take its
+    last, and the record weighs in as with L / (L + 2); a rate of 0 or 1, or no rates, is refused."""
+    from mtdecode.copying import CopyRecord
+
+    record = CopyRecord(batch=2, rates=(0.2, 0.5, 0.7))
+    assert record.chances(4, [1, 2]).flatten().tolist() == pytest.approx([0.2, 0.5, 0.7, 0.7, 0.5, 0.7, 0.7, 0.7])
+    record.add(torch.tensor([2, 0]), torch.tensor([0, 0]), [1, 0])  # row 0's first copied token fails
+    assert record.chances(1, [1, 1]).flatten().tolist() == pytest.approx([(0 + 2 * 0.2) / 3, 0.2])
+    for rates in [(), (0.5, 1.0), (0.0,)]:
+        with pytest.raises(ValueError, match="rates must be chances"):
+            CopyRecord(batch=1, rates=rates)
+
+
+def test_prompt_lookups_prior_is_the_suites_counts_with_falling_rates_pooled():
+    """`SUITE_RATES` are the counts `benchmarks/copy_rates.py` printed (greedy's answers to the suite, 64 new
+    tokens), rounded, with the runs whose rate fell below a shorter run's pooled with it (`monotone`)."""
+    import importlib.util
+    from pathlib import Path
+
+    from mtdecode.copying import SUITE_RATES
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "copy_rates.py"
+    spec = importlib.util.spec_from_file_location("copy_rates", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    hits, tries = [109, 150, 145, 159, 151, 158, 161, 2326], [472, 292, 294, 223, 212, 187, 174, 2520]
+    assert [round(rate, 2) for rate in bench.monotone(hits, tries)] == list(SUITE_RATES)
+    assert bench.monotone([1, 3, 1], [2, 4, 4]) == pytest.approx([0.5, 0.5, 0.5])  # 3/4 then 1/4 fall: pooled

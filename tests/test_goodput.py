@@ -848,3 +848,17 @@ def test_a_drafts_acceptance_is_measured_once_on_the_targets_own_text(tmp_path, 
     monkeypatch.setattr(tuning, "_score_draft", lambda *_: pytest.fail("measured twice"))
     assert tuning.draft_acceptance(target, draft) == measured
     assert tuning.draft_acceptance(mtdecode.CausalLM(target.hf), mtdecode.CausalLM(draft.hf)) == measured  # the disk's
+
+
+def test_prompt_lookup_starts_its_copies_record_from_the_suites_rates(monkeypatch):
+    """Prompt lookup's `CopyRecord` starts from `SUITE_RATES`; EAGLE's copy branch keeps L / (L + 2) (no rates)."""
+    made = []
+    init = mtdecode.copying.CopyRecord.__init__
+
+    def spy(self, batch, rates=None):
+        made.append(rates)
+        init(self, batch, rates)
+
+    monkeypatch.setattr(mtdecode.copying.CopyRecord, "__init__", spy)
+    mtdecode.generate(pair()[0], RAGGED, PromptLookup(costs=together(4, 0.0, 0.2)), max_new_tokens=4, pad_token_id=0)
+    assert made == [mtdecode.copying.SUITE_RATES]

@@ -17,7 +17,8 @@ With no match the step is a plain decoding step.
 How many of the copied tokens to verify: by default the number with the best expected tokens
 per unit of cost (`DraftLength.plan_expected` in `mtdecode.drafting`: copying costs nothing, but a target
 forward over 11 tokens costs more than one over 1, by the curve measured on this host), judged
-from how often this row's copied tokens were accepted so far after runs of agreeing tokens as long (`CopyRecord`);
+from how often this row's copied tokens were accepted so far after runs of agreeing tokens as long (`CopyRecord`,
+starting from the rates measured over greedy's answers to the benchmark suite, `SUITE_RATES`);
 at most `max_draft_tokens`. The rule never looks at p, so the output stays exact.
 `num_draft_tokens=k` copies up to k instead. `result.stats.choices` says how many copied tokens
 the rule verified per step and how many row steps left a copy unverified because it did not pay
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
-from mtdecode.copying import CopyRecord, lookup_rows
+from mtdecode.copying import SUITE_RATES, CopyRecord, lookup_rows
 from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice, expected_tokens
 from mtdecode.session import Choice, Session, Step
 from mtdecode.tensor_types import Bool, Float, Tensor
@@ -65,7 +66,7 @@ class PromptLookup:
         if self.num_draft_tokens is None:
             costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch)
             length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
-            record = CopyRecord(s.batch)
+            record = CopyRecord(s.batch, SUITE_RATES)
             s.record_choice(lambda: copy_choice("PromptLookup", length, s.steps))  # for `Stats.choices`
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens).tolist()  # the step adds one token
