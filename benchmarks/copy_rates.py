@@ -36,12 +36,13 @@ def count(text: list[int], start: int, hits: Counter, tries: Counter) -> None:
 
 def monotone(hits: list[int], tries: list[int]) -> list[float]:
     """Rates that never fall as the run grows: adjacent runs that break that are pooled (weighted by tries)."""
-    blocks = []  # [hits, tries, runs]
-    for h, n in zip(hits, tries, strict=True):
-        blocks.append([h, n, 1])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            h2, n2, k2 = blocks.pop()
-            blocks[-1] = [blocks[-1][0] + h2, blocks[-1][1] + n2, blocks[-1][2] + k2]
+    blocks: list[tuple[int, int, int]] = []  # (held, tried, runs) of each pooled block, shortest runs first
+    for held, tried in zip(hits, tries, strict=True):
+        runs = 1
+        while blocks and blocks[-1][0] / blocks[-1][1] > held / tried:  # the shorter runs held more often: pool
+            h, n, k = blocks.pop()
+            held, tried, runs = held + h, tried + n, runs + k
+        blocks.append((held, tried, runs))
     return [h / n for h, n, k in blocks for _ in range(k)]
 
 

@@ -383,7 +383,7 @@ def test_a_copied_tokens_chance_after_a_run_is_the_rate_of_that_runs_length():
 
 def test_a_copy_records_prior_can_be_rates_measured_by_run():
     """`CopyRecord(rates=...)`: the prior after a run of L is `rates[L - 1]`, runs longer than the table take its
-    last, and the record weighs in as with L / (L + 2); a rate of 0 or 1, or no rates, is refused."""
+    last, and the record weighs in as with L / (L + 2); a rate of 0 or 1, or an empty table, is refused."""
     from mtdecode.copying import CopyRecord
 
     record = CopyRecord(batch=2, rates=(0.2, 0.5, 0.7))

@@ -851,7 +851,7 @@ def test_a_drafts_acceptance_is_measured_once_on_the_targets_own_text(tmp_path, 
 
 
 def test_prompt_lookup_starts_its_copies_record_from_the_suites_rates(monkeypatch):
-    """Prompt lookup's `CopyRecord` starts from `SUITE_RATES`; EAGLE's copy branch keeps L / (L + 2) (no rates)."""
+    """Prompt lookup's rule makes one `CopyRecord` per run, and it starts from `SUITE_RATES`."""
     made = []
     init = mtdecode.copying.CopyRecord.__init__
 
