@@ -29,6 +29,7 @@ from mtdecode import masks
 from mtdecode.attention import GROUPED_SDPA
 from mtdecode.cache import KVCache, cache_keyword
 from mtdecode.tensor_types import Bool, Float, Int, Mask4D, Positions, Tensor, TokenIds
+from mtdecode.tokenwise import computing_only
 
 #: why a kind of layer cannot be decoded with guesses: what it keeps besides keys and values
 _UNSUPPORTED_LAYERS = {
@@ -131,6 +132,7 @@ class CausalLM:
         cache: KVCache,
         *,
         valid: Bool[Tensor, "batch new"] | None = None,
+        read: Bool[Tensor, "batch new"] | None = None,
         logits_to_keep: int | Int[Tensor, " rows"] = 0,
     ) -> Float[Tensor, "batch rows vocab"]:
         """Run the model over `input_ids` on top of `cache`, appending their keys and values to it.
@@ -143,6 +145,9 @@ class CausalLM:
           the cached entries followed by the new tokens.
         - `cache`: the model's `KVCache`; the new entries become pending in it.
         - `valid`: which new tokens are real (default: all); padding is recorded as holes.
+        - `read`: the new tokens whose outputs the caller reads (default: `valid`). A model whose token-wise layers
+          were switched (`mtdecode.tokenwise`) may leave the others' outputs zero; their cache entries must then
+          never be seen by a read token.
         - `logits_to_keep`: if an int > 0, only the last `logits_to_keep` rows of logits are
           computed; if a 1-D tensor of row indices, only those rows, in that order.
 
@@ -151,7 +156,9 @@ class CausalLM:
         Logits of shape `(batch, rows, vocab)`: `rows` is `new`, `logits_to_keep` if that is an
         int > 0, or the number of indices given.
         """
-        return self._run(input_ids, position_ids, mask, cache, valid=valid, logits_to_keep=logits_to_keep).logits
+        return self._run(
+            input_ids, position_ids, mask, cache, valid=valid, read=read, logits_to_keep=logits_to_keep
+        ).logits
 
     def forward_features(
         self,
@@ -161,6 +168,7 @@ class CausalLM:
         cache: KVCache,
         *,
         valid: Bool[Tensor, "batch new"] | None = None,
+        read: Bool[Tensor, "batch new"] | None = None,
         logits_to_keep: int | Int[Tensor, " rows"] = 0,
     ) -> tuple[Float[Tensor, "batch rows vocab"], Float[Tensor, "batch new hidden"]]:
         """`forward`, and the model's top hidden state at every new token from the same forward pass: the final
@@ -176,15 +184,15 @@ class CausalLM:
         if self._features_are_last_hidden is None:
             self._features_are_last_hidden = self._last_hidden_is_head_input()
         if self._features_are_last_hidden:
-            out = self._run(input_ids, position_ids, mask, cache, valid=valid, logits_to_keep=logits_to_keep,
-                            output_hidden_states=True)  # fmt: skip
+            out = self._run(input_ids, position_ids, mask, cache, valid=valid, read=read,
+                            logits_to_keep=logits_to_keep, output_hidden_states=True)  # fmt: skip
             return out.logits, out.hidden_states[-1]
-        with _head_input(self.hf) as read:
-            logits = self._run(input_ids, position_ids, mask, cache, valid=valid, logits_to_keep=0).logits
+        with _head_input(self.hf) as head_input:
+            logits = self._run(input_ids, position_ids, mask, cache, valid=valid, read=read, logits_to_keep=0).logits
         kept = logits[:, -logits_to_keep:] if isinstance(logits_to_keep, int) and logits_to_keep > 0 else logits
         if isinstance(logits_to_keep, Tensor):
             kept = logits[:, logits_to_keep]
-        return kept, read()
+        return kept, head_input()
 
     def _last_hidden_is_head_input(self) -> bool:
         """Whether the model's last hidden state is what its output layer reads (two tokens, no cache)."""
@@ -203,6 +211,7 @@ class CausalLM:
         *,
         valid: Bool[Tensor, "batch new"] | None,
         logits_to_keep: int | Int[Tensor, " rows"],
+        read: Bool[Tensor, "batch new"] | None = None,
         output_hidden_states: bool = False,
     ):
         """The checks and the model call behind `forward` and `forward_features`; the model's output object."""
@@ -214,7 +223,9 @@ class CausalLM:
             raise ValueError(f"position_ids has shape {tuple(position_ids.shape)}; expected {(batch, num_new)}")
         if cache.valid is not None and cache.valid.shape[0] != batch:
             raise ValueError(f"the cache holds {cache.valid.shape[0]} rows but {batch} were fed")
-        with torch.no_grad():
+        read = valid if read is None else read
+        skipping = contextlib.nullcontext() if read is None else computing_only(read, _kept(read, logits_to_keep))
+        with torch.no_grad(), skipping:  # switched token-wise layers skip the cells nobody reads
             out = self.hf(
                 input_ids=input_ids,
                 position_ids=position_ids,
@@ -268,6 +279,8 @@ class Runner:
         self.role = role
         self.cache = KVCache(batch, model.device)
         self.forwards = 0
+        #: rows whose outputs are read (None: all); the session leaves its finished rows out (`Session.commit`)
+        self.rows_read: Bool[Tensor, " batch"] | None = None
 
     def forward(
         self,
@@ -299,7 +312,9 @@ class Runner:
         """
         positions, mask, real = self.place(tokens, offsets, sees, pad)
         self.forwards += 1
-        return self.model.forward(tokens, positions, mask, self.cache, valid=real, logits_to_keep=logits_to_keep)
+        return self.model.forward(
+            tokens, positions, mask, self.cache, valid=real, read=self._read(real), logits_to_keep=logits_to_keep
+        )
 
     def forward_features(
         self,
@@ -315,8 +330,13 @@ class Runner:
         positions, mask, real = self.place(tokens, offsets, sees, pad)
         self.forwards += 1
         return self.model.forward_features(
-            tokens, positions, mask, self.cache, valid=real, logits_to_keep=logits_to_keep
+            tokens, positions, mask, self.cache, valid=real, read=self._read(real), logits_to_keep=logits_to_keep
         )
+
+    def _read(self, real: Bool[Tensor, "batch new"]) -> Bool[Tensor, "batch new"]:
+        """The new tokens whose outputs are read: the real ones, in the rows read (`rows_read`)."""
+        rows = self.rows_read
+        return real if rows is None or rows.shape[0] != real.shape[0] else real & rows[:, None]
 
     def place(
         self,
@@ -390,6 +410,15 @@ class Runner:
         cache = self.cache
         valid = cache.valid if cache.valid is not None else real[:, :0]
         return masks.place(sees, valid, cache.committed, real)
+
+
+def _kept(
+    read: Bool[Tensor, "batch new"], logits_to_keep: int | Int[Tensor, " rows"]
+) -> Bool[Tensor, "batch kept"]:
+    """Which of the logits a forward keeps (`logits_to_keep`) belong to read tokens."""
+    if isinstance(logits_to_keep, Tensor):
+        return read[:, logits_to_keep]
+    return read[:, -logits_to_keep:] if logits_to_keep > 0 else read
 
 
 def left_pad(

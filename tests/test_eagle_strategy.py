@@ -5,6 +5,7 @@
   right most of the time (a target whose next token depends mostly on its current one, and a head that copies the
   current token's feature): then steps accept deep paths of the tree, and the bookkeeping of both caches along
   accepted paths is exercised.
+- A tree grows, and is verified, no deeper than its row's budget has room for (at a row's last token, not at all).
 - The copy branch (prompt lookup's guess grafted onto the tree, on by default, so in every test above): where the
   text repeats, it has more tokens accepted than the head's tree is deep, with greedy's output; `graft` follows
   the tree, then hangs new nodes, and the best nodes stay a subtree.
@@ -119,6 +120,27 @@ def test_the_rule_grows_deep_trees_only_where_another_depth_pays():
     assert cheap.tokens.tolist() == dear.tokens.tolist()
     assert max(cheap.stats.accepted_lengths) >= 3
     assert max(step.drafted for step in dear.steps) <= 2 and max(dear.stats.accepted_lengths) <= 1
+
+
+def test_no_depth_is_grown_or_verified_past_what_a_rows_budget_has_room_for(monkeypatch):
+    """With 2 new tokens, the step after the prompts' forward commits the row's last token: the head grows no depth
+    past the first (scored in any case) and no node is verified, even with a fixed tree of 8 (before, the head grew
+    4 depths and 8 nodes were verified, then cut at the budget). With 4 new tokens no tree is deeper than 2 (two
+    guesses and the step's own token), and one is that deep."""
+    from mtdecode.strategies import eagle
+
+    model, head = copying_pair()
+    trees = []
+    original = eagle.grow_tree
+    monkeypatch.setattr(eagle, "grow_tree", lambda *a, **k: trees.append(original(*a, **k)) or trees[-1])
+    strategy = Eagle(head, depth=4, width=2, tree_size=8, lookup=0)
+    for budget, deepest in ((2, 0), (4, 2)):
+        trees.clear()
+        out = mtdecode.generate(model, [[1, 2, 3]], strategy, max_new_tokens=budget)
+        assert out.tokens.tolist() == greedy(model, [[1, 2, 3]], budget).tokens.tolist()
+        assert max(int(tree.limit.max()) for tree in trees) == deepest
+        assert max(int(tree.depth.max()) for tree in trees) == max(deepest, 1)
+        assert max(step.drafted for step in out.steps) <= 2 * deepest
 
 
 def test_one_row_alone_decodes_as_in_a_batch():
@@ -255,7 +277,7 @@ def small():
 
 def check(strategy):
     model, _ = small()
-    return check_distribution(model, PROMPT, strategy, n=3, sampler=Sampler(temperature=1.0), samples=SAMPLES,
+    return check_distribution(model, PROMPT, strategy, n=4, sampler=Sampler(temperature=1.0), samples=SAMPLES,
                               false_alarm=FALSE_ALARM)  # fmt: skip
 
 
@@ -270,18 +292,19 @@ def check(strategy):
     ],
 )
 def test_sampling_matches_autoregressive(shape):
-    """After the first (plain) step, the second verifies a tree of depth 2 with several children per node: both
-    remaining tokens of the 3-token block come from the tree's verification. With the rule, how many nodes a step
+    """After the first (plain) step, the second verifies a tree of depth 2 with several children per node (the
+    4-token block's budget leaves room for two guesses there, and a tree grows no deeper than its room): the
+    block's next tokens come from the tree's verification. With the rule, how many nodes a step
     verifies depends on the head's confidences after the first token (checked first): the law is p all the same.
     The copy (on by default) joins the tree wherever the first token occurred in the prompt; with one head node
     per step, a second verified node is the copy's own (checked first)."""
     model, head = small()
     if shape["depth"] == 1:
-        runs = [mtdecode.generate(model, PROMPT, Eagle(head, **shape), max_new_tokens=3, temperature=1.0, seed=seed)
+        runs = [mtdecode.generate(model, PROMPT, Eagle(head, **shape), max_new_tokens=4, temperature=1.0, seed=seed)
                 for seed in range(20)]  # fmt: skip
         assert any(run.steps[1].drafted == 2 for run in runs if len(run.steps) > 1)
     elif "costs" in shape:
-        runs = [mtdecode.generate(model, PROMPT, Eagle(head, **shape), max_new_tokens=3, temperature=1.0, seed=seed)
+        runs = [mtdecode.generate(model, PROMPT, Eagle(head, **shape), max_new_tokens=4, temperature=1.0, seed=seed)
                 for seed in range(20)]  # fmt: skip
         assert len({run.steps[1].drafted for run in runs if len(run.steps) > 1}) > 1
     result = check(Eagle(head, **shape))
@@ -298,3 +321,4 @@ def test_the_test_rejects_a_wrong_tree_verifier(monkeypatch, shape):
     _, head = small()
     result = check(Eagle(head, **shape))
     assert not result.passed, f"the keep_rejected mutant went unnoticed: {result}"
+

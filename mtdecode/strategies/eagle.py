@@ -456,7 +456,8 @@ def grow_tree(
     depth's chances to a step, against `depth_cost` (one more head forward, in units of a 1-token target forward)
     at the row's rate so far. A node on the row's `copy` (its path is the copy's first tokens) counts only with what
     its chance adds to the copy's, since the copy is verified anyway. The head keeps growing while any row does; a
-    row that stopped ignores the rest, so it drafts what it would alone."""
+    row that stopped ignores the rest, so it drafts what it would alone. No row's limit passes the guesses its budget
+    leaves room for (`Session.budget`): at the last token of every row, the head grows no depth at all."""
     model = head.model
     batch, device = s.batch, s.device
     rows = torch.arange(batch, device=device)[:, None]
@@ -471,6 +472,7 @@ def grow_tree(
     chances = [chance]
     on_copy = None if copy is None else copy.follows(tokens, 1)  # (batch, W): the path is the copy's start
     limit = torch.full((batch,), depth, dtype=torch.long, device=device)  # each row's last useful depth
+    room = s.budget(depth)  # the deepest guess a row's budget can still take (0 at its last token)
     entries = torch.empty(batch, 0, dtype=torch.long, device=device)  # the head's pending entries' parents
     frontier_entry = torch.full((batch, width), -1, dtype=torch.long, device=device)  # parents' entries
     for d in range(2, depth + 1):
@@ -480,11 +482,11 @@ def grow_tree(
             # with one more depth, whose nodes add at most the newest depth's chances (the plan weighs their places)
             expected = 1 + sum(level.clamp(min=0).sum(1) for level in chances)
             spent = size.costs.step((d - 1) * width) + (d - 2) * depth_cost
-            growing = s.active & (limit == depth)
+            growing = s.active & (limit == depth) & (room >= d)
             pays = size.worth(gain.clamp(min=0).sum(1), depth_cost, growing, expected, spent)
             limit = torch.where((limit == depth) & ~pays, d - 1, limit)
-            if not bool((limit == depth).any()):
-                break
+        if not bool(((limit == depth) & (room >= d)).any()):  # no row grows this deep, or has room for it
+            break
         frontier = repeat(torch.arange(width, device=device), "frontier -> batch frontier", batch=batch)
         new_entries = entries.shape[1] + frontier  # the head's entries for this depth's nodes
         entries = torch.cat([entries, frontier_entry], dim=1)
@@ -508,6 +510,7 @@ def grow_tree(
         if on_copy is not None:
             on_copy = on_copy.gather(1, chosen) & copy.follows(tokens, d)
     head.cache.crop(head.cache.lengths)  # the tree's entries go: the next step feeds the target's real features
+    limit = torch.minimum(limit, room)
     level_depth = [torch.full((batch, width), d + 1, dtype=torch.long, device=device) for d in range(len(levels))]
     tokens, parent, confidence, value = (torch.cat(parts, dim=1) for parts in zip(*levels, strict=True))
     chance = None if size is None else torch.cat(chances, dim=1)
@@ -577,11 +580,13 @@ def tree_size(
     active: Bool[Tensor, " batch"], tree: Tree, fixed: int | None, size: DraftLength | None
 ) -> tuple[Int[Tensor, " batch"], Float[Tensor, "batch node"]]:
     """Step 2: how many nodes each row verifies (0 for a row not `active`), and the worth by which its best are
-    chosen: with the rule, each node's chance of acceptance as the row's record calibrates it (-1 below the row's
-    depth limit), else the head's path value; on the copy, at least the copy's chance of holding to the node.
-    Padding is worth -1 and never counts."""
-    if fixed is not None:
-        worth = tree.value if tree.copy is None else torch.maximum(tree.value, tree.copy_chance)
+    chosen: with the rule, each node's chance of acceptance as the row's record calibrates it, else the head's path
+    value; on the copy (cut to the row's budget), at least the copy's chance of holding to the node. Padding, and a
+    head's node below the row's depth limit (`Tree.limit`: where growing stopped paying, or past what the row's
+    budget has room for), is worth -1 and never counts."""
+    if fixed is not None:  # the best `fixed` nodes that the row's budget leaves room for
+        worth = torch.where(tree.depth <= tree.limit[:, None], tree.value, -1.0)
+        worth = worth if tree.copy is None else torch.maximum(worth, tree.copy_chance)
         return torch.where(active, (worth >= 0).sum(1).clamp(max=fixed), 0), worth
     worth = torch.where(tree.depth <= tree.limit[:, None], tree.chance, -1.0)
     if tree.copy is not None:  # a node on the copy is worth at least the copy's chance of holding to it

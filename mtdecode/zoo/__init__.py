@@ -19,6 +19,7 @@ from filelock import FileLock
 from mtdecode.attention import GROUPED_SDPA
 from mtdecode.model import CausalLM
 from mtdecode.store import cache_dir
+from mtdecode.tokenwise import tokenwise_skips
 from mtdecode.zoo.eagle import EagleHead
 from mtdecode.zoo.int8 import int8_linears
 from mtdecode.zoo.skinny import skinny_linears
@@ -87,6 +88,7 @@ def load_model(
         int8_linears(model)
     elif model.device.type == "cpu":
         skinny_linears(model)  # 2 to 16 tokens per forward cost little more than one token (see zoo/skinny.py)
+    tokenwise_skips(model)  # a forward's padding and finished rows cost no MLP or output rows (mtdecode/tokenwise.py)
     return CausalLM(model)
 
 
