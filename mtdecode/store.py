@@ -133,11 +133,18 @@ def module_key(module: torch.nn.Module) -> dict:
         "class": type(module).__qualname__,
         "config": hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16],
         "parameters": shapes,
-        "layers": sorted({type(m).__qualname__ for m in module.modules()}),
+        "layers": sorted({_kind(m) for m in module.modules()}),
         "attention": getattr(config, "_attn_implementation", None),
         "device": str(device),
         "device_name": "reference" if reference_mode() else _device_name(device),
     }
+
+
+def _kind(module: torch.nn.Module) -> str:
+    """A layer's kind for `module_key`: its class, or the class it was switched from to skip unread cells
+    (`mtdecode.tokenwise`), which costs what that class does where every cell is read, as in every measurement."""
+    cls = type(module)
+    return getattr(cls, "tokenwise_of", cls).__qualname__
 
 
 def _device_name(device: torch.device) -> str:

@@ -119,7 +119,7 @@ def _switch(module: nn.Module, mixin: type) -> None:
         return
     key = (cls, mixin)
     if key not in _SWITCHED:
-        _SWITCHED[key] = type(f"{mixin.__name__.strip('_')}{cls.__name__}", (mixin, cls), {})
+        _SWITCHED[key] = type(f"{mixin.__name__.strip('_')}{cls.__name__}", (mixin, cls), {"tokenwise_of": cls})
     module.__class__ = _SWITCHED[key]
 
 

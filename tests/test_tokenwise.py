@@ -3,6 +3,7 @@
 - A read cell's logits are those of the forward that computes every cell, up to the rounding of a product over
   another number of rows (float64: within 1e-12); the unread rows' logits are zeros, so the skip happened.
 - The rule skips only where it pays: at least `FEWEST_SKIPPED` unread cells and `FEWEST_READ` read ones.
+- A switched model keeps the costs measured for it unswitched (they are keyed by its layers).
 - In a batch whose rows finish at different steps, the finished rows' slots are skipped in the later forwards and
   every row still equals its prompt decoded alone (the row-parity tests of `tests/test_batch.py` run every strategy
   on switched models too).
@@ -92,3 +93,15 @@ def test_a_finished_rows_slot_is_skipped_and_every_row_still_equals_its_prompt_a
     assert finished_at[0] < finished_at[-1], "the rows finished together: nothing to skip"
     after_prompts = [s for s in skips if s[0] != len(prompts) * max(map(len, prompts))]
     assert after_prompts and all(computed < cells for cells, computed in after_prompts)
+
+
+def test_a_switched_model_keeps_its_measured_costs():
+    """The costs kept on disk and the shipped reference costs are keyed by the model's layers (`store.module_key`):
+    a switched layer counts as the layer it was switched from, since every cost measurement reads every cell."""
+    from mtdecode import store
+
+    plain = tiny_model("llama", vocab_size=32, seed=4)
+    key = store.module_key(plain)
+    tokenwise_skips(plain)
+    assert type(plain.model.layers[0].mlp).__name__ == "SkipsTokensLlamaMLP"
+    assert store.module_key(plain) == key
