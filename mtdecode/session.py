@@ -4,7 +4,9 @@ runners and caches, the Sampler and the rows' random streams.
 A batch of prompts is decoded side by side, one target forward pass per step for all rows.
 Rows accept different numbers of tokens per step and finish at different times; the session
 keeps each row's own tokens, budget and EOS, and a finished row stays in the batch as a
-masked slot whose work is thrown away.
+masked slot whose work is thrown away. After each step it tells the runners which rows are still
+read (`Runner.rows_read`), and the MLPs and output layers of the models `load_model` loads skip
+the finished rows' slots (`mtdecode.tokenwise`).
 
 The invariant every strategy keeps, checked after every step: **each cache holds every
 unfinished row's committed tokens except the newest one, and nothing pending.** The newest
