@@ -1,7 +1,7 @@
 """Batched decoding: every row of a batch is decoded exactly as its prompt alone.
 
-- Row parity (float64, tiny Llama, Qwen2 and Mistral models whose MLPs and output layer skip the cells nobody
-  reads, `mtdecode.tokenwise`): every row of a batched greedy run
+- Row parity (float64, tiny Llama, Qwen2 and Mistral models; the Llama's MLPs and output layer skip the cells
+  nobody reads, as those of the models `load_model` loads do, `mtdecode.tokenwise`): every row of a batched greedy run
   equals greedy decoding of the same prompt alone, for every exact strategy (EAGLE with a random head, whose
   rows verify trees of different sizes in one forward); MTAD's rows equal
   MTAD alone. Hypothesis draws the batches: prompts of different lengths, EOS in some rows,
@@ -47,10 +47,11 @@ PAD = VOCAB - 1
 @functools.cache
 def target(family: str):
     # Llama runs mtdecode's grouped attention, as the models `load_model` loads do; the others transformers' sdpa
-    attention = GROUPED_SDPA if family == "llama" else "sdpa"
     # and its MLPs and output layer skip the cells nobody reads, as theirs do (`mtdecode.tokenwise`): padding, and
     # the slots of rows that finished
-    return tokenwise_skips(tiny_model(family, vocab_size=VOCAB, seed=3, attn_implementation=attention))
+    if family == "llama":
+        return tokenwise_skips(tiny_model(family, vocab_size=VOCAB, seed=3, attn_implementation=GROUPED_SDPA))
+    return tiny_model(family, vocab_size=VOCAB, seed=3, attn_implementation="sdpa")
 
 
 @functools.cache
