@@ -46,9 +46,9 @@ PAD = VOCAB - 1
 
 @functools.cache
 def target(family: str):
-    # Llama runs mtdecode's grouped attention, as the models `load_model` loads do; the others transformers' sdpa
-    # and its MLPs and output layer skip the cells nobody reads, as theirs do (`mtdecode.tokenwise`): padding, and
-    # the slots of rows that finished
+    # Llama runs as the models `load_model` loads do: mtdecode's grouped attention, and MLPs and an output layer that
+    # skip the cells nobody reads (`mtdecode.tokenwise`: padding, and the slots of rows that finished); the others
+    # run transformers' sdpa
     if family == "llama":
         return tokenwise_skips(tiny_model(family, vocab_size=VOCAB, seed=3, attn_implementation=GROUPED_SDPA))
     return tiny_model(family, vocab_size=VOCAB, seed=3, attn_implementation="sdpa")
