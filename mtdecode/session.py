@@ -231,7 +231,7 @@ class Session:
         ratios = None if log_ratios is None else log_ratios.tolist()
         forwards = self.target.forwards
         steps, cut = [], {}
-        skipped = {b for b in range(self.batch) if self.finished[b]}  # finished before this step
+        finished_before = list(self.finished)
         for b in range(self.batch):
             if self.finished[b]:
                 continue
@@ -256,7 +256,7 @@ class Session:
             self.row_steps[b] += 1
         if cut:
             self._crop_rows(cut)
-        if any(self.finished[b] for b in range(self.batch) if b not in skipped):  # rows that finished now
+        if self.finished != finished_before:  # rows finished in this step
             read = self.active
             for runner in self.runners:  # their slots' outputs are no longer read (`mtdecode.tokenwise`)
                 runner.rows_read = read
