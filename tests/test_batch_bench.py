@@ -97,6 +97,23 @@ def test_the_hosts_scatter_says_how_often_a_cell_as_fast_as_greedy_lands_below_t
     assert bench.host_scatter(ours) == []  # no transformers pairs: no scatter to tell
 
 
+def test_cells_of_different_rounds_each_count_at_their_own_chance(bench):
+    # with the goal's cell raced longer (`--goal-rounds`), cells hold different numbers of pairs: at the spread above a
+    # cell of 1 pair lands below with chance p = 0.1587, one of 3 with 0.0675, so five of each: 0.79 + 0.34 = 1.1 cells
+    a = -math.log(0.97) / math.sqrt(2)
+    same_work = [cell("transformers", [math.exp(a), math.exp(-a)])]
+    ours = [cell("jacobi", [1.0])] * 5 + [cell("eagle", [1.0, 1.0, 1.0])] * 5
+    lines = bench.host_scatter(same_work + ours)
+    assert "median of 1/3 pairs with chance 0.16 to 0.07: about 1 of these 10 cells" in lines[1]
+
+
+def test_the_goals_cell_takes_its_own_rounds(bench):
+    assert bench.cell_rounds(bench.GOAL_BATCH, bench.GOAL_PROMPTS, 5, 24) == 24
+    assert bench.cell_rounds(bench.GOAL_BATCH, "mixed", 5, 24) == 5
+    assert bench.cell_rounds(8, bench.GOAL_PROMPTS, 5, 24) == 5
+    assert bench.cell_rounds(bench.GOAL_BATCH, bench.GOAL_PROMPTS, 5, None) == 5
+
+
 def test_students_t_widens_a_few_pairs_interval(bench):
     # Student's t at 97.5% from its tables: 2 pairs' interval is 12.7 standard errors wide on each side, not 1.96
     for dof, table in ((1, 12.706), (2, 4.303), (9, 2.262), (10, 2.228), (14, 2.145), (30, 2.042), (120, 1.980)):
