@@ -229,6 +229,24 @@ OVERRIDES: dict[str, Callable[[int], dict[str, Any]]] = {
         "expert_layer_period": 2,
         "expert_layer_offset": 1,
     },
+    # its indexed layers are laid out over 50 layers (a per-layer K/V source, indexers among them); heads of 16 (its
+    # keys and values are rounded in blocks of 16), an indexer's pool and selection smaller than a short decode
+    "kolibri1_1": lambda window: {
+        "num_hidden_layers": 3,
+        "layer_types": ["sliding_attention", "indexed_attention", "indexed_attention"],
+        "kv_source_layers": [0, 1, 1],
+        "index_layers": [1],
+        "mlp_only_layers": [0],
+        "head_dim": 16,
+        "index_num_heads": 2,
+        "index_topk": 4,
+        "index_pool_size": 8,
+        "index_compression": 4,
+        "index_num_local_tokens": 4,
+        "index_num_sink_tokens": 1,
+        "mlp_only_intermediate_size": 64,
+        "shared_expert_intermediate_size": 16,
+    },
     # its default has no windowed layer
     "laguna": lambda window: {"layer_types": ["sliding_attention", "full_attention"]},
     # its default has attention layers only; its released checkpoints alternate convolutions and attention
