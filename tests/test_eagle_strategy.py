@@ -14,6 +14,7 @@
   test rejects a wrong tree verifier.
 """
 
+import dataclasses
 import functools
 
 import pytest
@@ -23,7 +24,7 @@ import mtdecode
 from mtdecode import Sampler, verification
 from mtdecode.drafting import DraftCosts
 from mtdecode.strategies import Autoregressive
-from mtdecode.strategies.eagle import Copy, Eagle, Tree, best_nodes, graft, tree_size
+from mtdecode.strategies.eagle import Copy, Eagle, Tree, best_nodes, graft, head_guesses, tree_size
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import check_distribution
 from mtdecode.zoo import int8
@@ -322,3 +323,21 @@ def test_the_test_rejects_a_wrong_tree_verifier(monkeypatch, shape):
     result = check(Eagle(head, **shape))
     assert not result.passed, f"the keep_rejected mutant went unnoticed: {result}"
 
+
+
+def test_the_heads_calibration_learns_from_its_nodes_off_the_copy_only():
+    """`head_guesses`: of the verified nodes, the head's calibration reads the head's own that do not carry the copy's
+    token. Row 0's copy follows head node 0 and hangs node 4 below it; row 1 has no copy. Node 3 of row 0 is not
+    verified."""
+    tokens = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 8, 0]])
+    parent = torch.tensor([[-1, -1, 0, 1, 0], [-1, -1, 0, 1, -1]])
+    depth = torch.tensor([[1, 1, 2, 2, 2], [1, 1, 2, 2, 1]])
+    value = torch.tensor([[0.5, 0.3, 0.2, 0.1, 0.0]] * 2, dtype=torch.float64)
+    copy = torch.tensor([[1, 0, 0, 0, 2], [0] * 5])
+    tree = Tree(tokens, parent, depth, value, value, torch.full((2,), 2), value, 4, copy, value)
+    chosen = torch.tensor([[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]])
+    valid = torch.tensor([[True, True, True, False, True], [True, True, True, True, False]])
+    taught = head_guesses(tree, chosen, valid)
+    assert taught.tolist() == [[False, True, True, False, False], [True, True, True, True, False]]
+    no_copy = dataclasses.replace(tree, copy=None, copy_chance=None)
+    assert head_guesses(no_copy, chosen, valid).tolist() == (valid & (chosen < 4)).tolist()
