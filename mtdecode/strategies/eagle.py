@@ -601,9 +601,9 @@ def tree_size(
 def head_guesses(tree: Tree, chosen: Int[Tensor, "batch n"], valid: Bool[Tensor, "batch n"]) -> Bool[Tensor, "batch n"]:
     """Which verified nodes teach the head's calibration (`calibrate`): the head's own (not the copy's new nodes) and,
     with a copy, only those off it. A head's node that carries the copy's token is accepted about as often as the copy
-    holds (its worth is the copy's chance, `tree_size`); counted with the head's, such nodes raised every confidence
-    bin, and the head's nodes off the copy, the ones whose worth the calibration sets, were overrated (at 4 rows of
-    code: the first depth's calibrated 0.60 against 0.38 accepted, 40 tries; 0.58 against 0.56 without them)."""
+    holds (its worth is at least the copy's chance, `tree_size`); counted with the head's, such nodes raised every
+    confidence bin, and the head's nodes off the copy, the ones whose worth the calibration sets, were overrated (at 4
+    rows of code: the first depth's calibrated 0.60 against 0.38 accepted, 40 tries; 0.58 against 0.56 without them)."""
     head = valid & (chosen < tree.head_nodes)
     return head if tree.copy is None else head & (tree.copy.gather(1, chosen) == 0)
 
