@@ -324,7 +324,6 @@ def test_the_test_rejects_a_wrong_tree_verifier(monkeypatch, shape):
     assert not result.passed, f"the keep_rejected mutant went unnoticed: {result}"
 
 
-
 def test_the_heads_calibration_learns_from_its_nodes_off_the_copy_only():
     """`head_guesses`: of the verified nodes, the head's calibration reads the head's own that do not carry the copy's
     token. Row 0's copy follows head node 0 and hangs node 4 below it; row 1 has no copy. Node 3 of row 0 is not
