@@ -68,8 +68,10 @@ units of t_1(1), so that steps of any batch compare.
   `PATIENCE` such steps (twice as long after each try that did not pay, or after which the batch at once
   drafted nothing) while a first guess could
   still pay at an optimistic estimate of the rows' acceptance, so rows rejoin when guesses pay again.
-  A strategy whose drafting costs work before the rule can weigh its guesses (EAGLE's head) asks
-  `DraftLength.idle` whether the batch should rest, and skips that work then; so does every strategy whose
+  A strategy whose drafting costs work before the rule can weigh its guesses (EAGLE's head), or whose draft must
+  first read the prompts (a draft model), starts as a rested batch (`wait_first`): its first drafting step is a try
+  that pays for that work, since the prior acceptance cannot say whether this batch's slowest row will repay it. It
+  asks `DraftLength.idle` whether the batch should rest, and skips that work then; so does every strategy whose
   guesses' chances change only when guesses are verified (a draft's acceptance, Jacobi's record), which rests on
   without weighing them again until its next try.
 - At batch 1 the rule above decides. With `DraftCosts` (one row's), each row weighs its own steps
@@ -204,8 +206,11 @@ class DraftLength:
       once per host (`mtdecode.tuning.draft_acceptance`), so that a draft that is seldom right is not tried
       and one that is often right drafts from the first step.
     - `wait_first`: with the batch rule, start as a batch that has rested its patience, so that its first drafting
-      step is a try that `batch_may_try` weighs with the catch-up it needs (`idle`'s `reading`): for a draft whose
-      first guess costs work the rule cannot weigh before it is done (`Eagle`'s head reading the prompts' features).
+      step is a try that `batch_may_try` weighs with the catch-up it needs (`idle`'s `reading`; `start` lets no row
+      draft more until the batch has drafted once): for a draft whose first guess costs work the rule cannot weigh
+      before it is done (`Eagle`'s head reading the prompts' features), or whose first read of the prompts is a bet
+      on an acceptance no row has shown yet (`Speculative`'s and `MTAD`'s draft model: the batch's end is set by its
+      slowest row, and the prior cannot tell which prompts' rows will be slow).
     """
 
     def __init__(
@@ -244,6 +249,8 @@ class DraftLength:
         self.declined = torch.zeros((), dtype=torch.long, device=device)
         # the batch rule's own record: its steps without drafting and its patience (the rows' move in step with them)
         self.batch_rested, self.batch_patience = (PATIENCE if wait_first else 0), PATIENCE
+        # with `wait_first`, the batch has not drafted yet: its first drafting step must be a try (`start`)
+        self.waiting = wait_first and self.together
         self.tried = False  # the batch's last step was a try that paid for its guess (`record_batch`)
         self.playing = torch.ones(batch, dtype=torch.bool, device=device)  # the rows that take part in this step
         self.table = torch.empty(0, dtype=torch.float64, device="cpu")  # T(0), T(1), ... (`step_costs`)
@@ -282,8 +289,8 @@ class DraftLength:
             reading = [self.catch_up(n) for n in unread]
             self.reading = torch.tensor(reading, dtype=torch.float64, device=device)
             self.setup = self.reading / torch.tensor(left, dtype=torch.float64, device=device)
-        if self.together:  # the batch rule: every row in play drafts, or none
-            pays = self.pays().expand(batch)
+        if self.together:  # the batch rule: every row in play drafts, or none; a waiting batch begins with a try
+            pays = torch.zeros_like(self.playing) if self.waiting else self.pays().expand(batch)
             self.probing = self.playing & ~pays & self.batch_may_try()
         else:
             pays = self.pays()
@@ -464,7 +471,10 @@ class DraftLength:
         rows' budgets fall by a token each at every plain step and the draft's catch-up grows, which moves the
         weighing only where the rows' chances differ; the try weighs the batch afresh. This spares the rule's
         weighing at every plain step: 0.5 to 1 ms of Python and small tensors beside the forward."""
-        if not self.together or self.batch_rested == 0 or self.batch_may_try(reading, extra):
+        if not self.together:
+            return False
+        self.reading = reading  # the catch-up a try would pay for now (`rule_choice` words it)
+        if self.batch_rested == 0 or self.batch_may_try(reading, extra):
             return False
         if rows is not None and not torch.equal(rows.to(self.playing.device), self.playing):
             return False
@@ -691,6 +701,7 @@ class DraftLength:
                 self.batch_patience = 2 * self.batch_patience
             self.batch_rested += 1
             return
+        self.waiting = False
         if bool(self.probing.any()):
             added = self.costs.step(1) - self.costs.step(0)
             paid = float(accepted[playing].sum()) * self.costs.step(0) > float(playing.sum()) * added
@@ -744,14 +755,21 @@ def drafting_choice(
 
 def rule_choice(name: str, length: DraftLength, steps: list[Step], *, drafting: str = "a draft forward") -> Choice:
     """What the stopping rule chose over the run (`Stats.choices`), with its break-even: a first guess pays only
-    while the row's acceptance a exceeds (c + t(2) - t(1)) / t(1) (the rule with i = 0). `drafting` names what c
-    pays for (MTAD: a depth of its beams)."""
+    while the row's acceptance a exceeds (c + t(2) - t(1)) / t(1) (the rule with i = 0); where a batch that starts
+    rested (`DraftLength`'s `wait_first`) never drafted, the try that must pay for the draft's reading of the prompts.
+    `drafting` names what c pays for (MTAD: a depth of its beams)."""
     c = length.costs
     added = c.t(2) - c.t(1)
     pays = (
         f"the row's acceptance so far was below the {(c.draft + added) / c.step(0):.0%} at which a first guess "
         f"pays ({drafting} costs {c.draft:.2f} of a 1-token target forward, one more verified token {added:.2f})"
     )
+    if length.waiting:  # a batch that never drafted: its first drafting step must be a try (`wait_first`)
+        pays = (
+            f"the batch starts rested and no try paid or was due: a try of a guess a row must pay for the draft's "
+            f"reading of the prompts ({float(length.reading):.2f} of a 1-token target forward; {drafting} "
+            f"{c.draft:.2f}) at an optimistic {float(length.optimistic()[0]):.0%} acceptance"
+        )
     fix = f"{name}(draft, num_draft_tokens=k) drafts k guesses every step"
     return drafting_choice(name, length, steps, guesses="guesses", pays=pays, fix=fix)
 

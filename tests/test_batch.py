@@ -24,7 +24,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtdecode import Sampler, generate
+from mtdecode import Sampler, drafting, generate
 from mtdecode.attention import GROUPED_SDPA
 from mtdecode.drafting import BatchCosts, DraftCosts
 from mtdecode.strategies import MTAD, Autoregressive, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
@@ -254,11 +254,20 @@ INDEPENDENCE = {
 }
 
 
+def patience_of_one(monkeypatch) -> None:
+    """A batch that starts rested (`Speculative` under the batch rule) tries its first guess only with more than
+    twice its patience left: with a patience of 1 step, the first of 3 tokens is a try."""
+    monkeypatch.setattr(drafting, "PATIENCE", 1)
+
+
 @pytest.mark.parametrize("name", INDEPENDENCE)
-def test_two_rows_of_a_batch_are_independent(name):
-    """Under the batch rule each row decodes 3 tokens, of which the first 2 are tested: a row whose first step
-    made one token drafts its second step's guesses by the whole batch's record of the first step."""
+def test_two_rows_of_a_batch_are_independent(name, monkeypatch):
+    """Under the batch rule each row decodes 3 tokens, of which the first 2 are tested: the first step is a try of
+    one guess a row, and a row whose first step made one token drafts its second step's guesses by the whole batch's
+    record of the first step."""
     batch_rule = "batch rule" in name
+    if batch_rule:
+        patience_of_one(monkeypatch)
     result, run = joint_of_two_rows(INDEPENDENCE[name](), Sampler(temperature=1.0), 3 if batch_rule else 2)
     assert result.passed, str(result)
     if batch_rule:  # non-vacuity: where a first step made one token, the rule drafted the second step's guess
@@ -272,6 +281,7 @@ def test_the_independence_test_catches_rows_that_share_their_random_numbers(name
     every row alike makes this mistake); their tokens become dependent and the test fails."""
     module = importlib.import_module("mtdecode.generate")  # the module, not the function of the same name
     monkeypatch.setattr(module, "_seeds", lambda seed, batch: [b // 2 for b in range(batch)])
+    patience_of_one(monkeypatch)
     result, _ = joint_of_two_rows(INDEPENDENCE[name](), Sampler(temperature=1.0), 3 if "batch rule" in name else 2)
     assert not result.passed, f"rows sharing their random numbers went unnoticed: {result}"
 

@@ -24,6 +24,7 @@ import functools
 import json
 import statistics
 import time
+import warnings
 
 import pytest
 import torch
@@ -590,6 +591,50 @@ def test_a_batch_that_waits_first_tries_only_if_the_try_pays_for_its_catch_up():
     assert waiting.idle(reading=5.0) and waiting.idle(reading=0.0, extra=5.0)
     assert not DraftLength(costs, 4, CPU).idle(reading=5.0)  # not waiting: the first step drafts
     assert not DraftLength(together(1, 0.0, 0.1), 1, CPU, wait_first=True).idle(reading=5.0)  # the row rule: no rest
+
+
+def test_a_waiting_batch_begins_to_draft_only_with_a_try():
+    """The rule by hand: with `wait_first`, `start` lets no row draft a chain before the batch has drafted once, even
+    where a first guess would pay at the prior (a draft of cost 0.2, flat t(n), an even prior: a step costing 1.2
+    ends the batch 1.2 / 1.5 = 0.8 as late). The first drafting step is a one-guess try, made only when it pays for
+    the draft's catch-up (`unread`, 40 tokens per row: reading them costs 0.2 x (t(40) - 1) = 0.76 of a step here;
+    with one more guess's 0.2, more than a try hopes to win, 0.85 at the prior's optimistic acceptance). Once the
+    batch has drafted, `start` weighs the chain as without `wait_first`, which drafts at once whatever the
+    catch-up costs."""
+    costs = BatchCosts({2: DraftCosts(0.2, [1.0, 1.0] + [1.0 + 0.1 * n for n in range(1, 39)])})  # t(40) = 4.8
+
+    def left() -> torch.Tensor:
+        return torch.tensor([200, 200])
+
+    assert DraftLength(costs, 2, CPU, remaining=left).start(unread=40).tolist() == [True, True]
+    waiting = DraftLength(costs, 2, CPU, remaining=left, wait_first=True)
+    assert waiting.start(unread=40).tolist() == [False, False]  # the read is dearer than any try could win back
+    waiting.record(torch.tensor([0, 0]), torch.tensor([0, 0]))
+    assert waiting.start(unread=1).tolist() == [True, True] and waiting.probing.all()  # a try: one guess a row
+    assert not waiting.more(torch.tensor([0.9, 0.9], dtype=torch.float64)).any()  # a try is one guess
+    waiting.record(torch.tensor([1, 1]), torch.tensor([1, 1]))
+    assert waiting.start(unread=1).tolist() == [True, True] and not waiting.probing.any()  # a chain: it pays
+    assert waiting.more(torch.tensor([0.9, 0.9], dtype=torch.float64)).all()
+
+
+@pytest.mark.parametrize("name", ["speculative", "mtad"])
+def test_a_draft_models_first_read_of_the_prompts_is_a_try(name):
+    """Speculative and MTAD start a batch rested: t(n) flat up to 4 tokens a row, then steep (t(5) = 10), and a
+    draft forward of 0.3. Prompts of at most 4 tokens cost the draft nothing more to read: the first step is a
+    one-guess try, and the batch drafts. Prompts of 6 tokens cost it 0.3 x (t(6) - 1) = 5.4 steps to read, which no
+    try could win back: it never drafts, and its choice says why. Every row equals greedy decoding either way."""
+    make = {"speculative": lambda c: Speculative(pair()[1], costs=c, acceptance=0.5),
+            "mtad": lambda c: MTAD(pair()[1], beam_width=2, costs=c, acceptance=0.5)}[name]  # fmt: skip
+    costs = BatchCosts({2: DraftCosts(0.3, [1.0, 1.0, 1.0, 1.0, 10.0, 19.0])})
+    target = pair()[0]
+    for prompts, drafts in (([[1, 2, 3], [9, 8, 7, 6]], True), ([[1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1]], False)):
+        with warnings.catch_warnings(record=True):  # a run that decodes greedily warns
+            warnings.simplefilter("always")
+            result = mtdecode.generate(target, prompts, make(costs), max_new_tokens=20)
+        assert result.steps[0].drafted == (1 if drafts else 0)  # the first step: a try, or a rest
+        assert any(step.drafted for step in result.steps) == drafts
+        assert drafts or "starts rested" in result.stats.choices[0].reason, result.stats.choices
+        assert [result.row(b) for b in range(2)] == [greedy_tokens(target, p, 20) for p in prompts]
 
 
 def test_eagles_first_tree_pays_for_the_heads_reading_of_the_prompts(monkeypatch):

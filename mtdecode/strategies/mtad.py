@@ -93,7 +93,10 @@ class MTAD:
                 costs = tuning.batch_draft_costs(s.target.model, draft.model, s.batch, draft_cost=depth)
             prior = self.acceptance
             prior = tuning.draft_acceptance(s.target.model, draft.model) if prior is None else prior
-            length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior)
+            # in a batch, the draft's first read of the prompts bets on an acceptance not yet seen: only a try makes it
+            length = DraftLength(
+                costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior, wait_first=True
+            )
             s.record_choice(  # for `Stats.choices`
                 lambda: rule_choice("MTAD", length, s.steps, drafting="a depth of the beams")
             )

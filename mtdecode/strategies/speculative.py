@@ -63,7 +63,8 @@ class Speculative:
       row drafts until the draft is unsure (`mtdecode.drafting`), at most `max_draft_tokens`.
     - `max_draft_tokens`: the most guesses per step when k is not fixed.
     - `costs`: what the stopping rule weighs: `BatchCosts` to weigh the batch's goodput (a batch's
-      rows draft together, as many guesses as pay for the whole batch), or one row's `DraftCosts`
+      rows draft together, as many guesses as pay for the whole batch; its first drafting step is a
+      one-guess try that must pay for the draft's reading of the prompts), or one row's `DraftCosts`
       to weigh each row alone (a row then decodes exactly as its prompt alone); None: the batch's,
       measured on this host (`mtdecode.tuning.batch_draft_costs`) once, and kept on disk, so that
       every process weighs the same numbers and a seeded run repeats. Pass them to make a seeded
@@ -89,7 +90,10 @@ class Speculative:
             costs = self.costs or tuning.batch_draft_costs(s.target.model, draft.model, s.batch)
             prior = self.acceptance
             prior = tuning.draft_acceptance(s.target.model, draft.model) if prior is None else prior
-            length = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior)
+            # in a batch, the draft's first read of the prompts bets on an acceptance not yet seen: only a try makes it
+            length = DraftLength(
+                costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior, wait_first=True
+            )
             s.record_choice(lambda: rule_choice("Speculative", length, s.steps))
         while not s.done:
             k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
