@@ -251,6 +251,7 @@ class DraftLength:
         self.batch_rested, self.batch_patience = (PATIENCE if wait_first else 0), PATIENCE
         # with `wait_first`, the batch has not drafted yet: its first drafting step must be a try (`start`)
         self.waiting = wait_first and self.together
+        self.asked = 0.0  # the catch-up that `idle` last weighed a try against
         self.tried = False  # the batch's last step was a try that paid for its guess (`record_batch`)
         self.playing = torch.ones(batch, dtype=torch.bool, device=device)  # the rows that take part in this step
         self.table = torch.empty(0, dtype=torch.float64, device="cpu")  # T(0), T(1), ... (`step_costs`)
@@ -473,7 +474,7 @@ class DraftLength:
         weighing at every plain step: 0.5 to 1 ms of Python and small tensors beside the forward."""
         if not self.together:
             return False
-        self.reading = reading  # the catch-up a try would pay for now (`rule_choice` words it)
+        self.asked = reading  # the catch-up a try would pay for now, as last weighed here (`rule_choice` words it)
         if self.batch_rested == 0 or self.batch_may_try(reading, extra):
             return False
         if rows is not None and not torch.equal(rows.to(self.playing.device), self.playing):
@@ -767,7 +768,7 @@ def rule_choice(name: str, length: DraftLength, steps: list[Step], *, drafting: 
     if length.waiting:  # a batch that never drafted: its first drafting step must be a try (`wait_first`)
         pays = (
             f"the batch starts rested and no try paid or was due: a try of a guess a row must pay for the draft's "
-            f"reading of the prompts ({float(length.reading):.2f} of a 1-token target forward; {drafting} "
+            f"reading of the prompts ({length.asked:.2f} of a 1-token target forward; {drafting} "
             f"{c.draft:.2f}) at an optimistic {float(length.optimistic()[0]):.0%} acceptance"
         )
     fix = f"{name}(draft, num_draft_tokens=k) drafts k guesses every step"
