@@ -595,7 +595,7 @@ def test_a_batch_that_waits_first_tries_only_if_the_try_pays_for_its_catch_up():
 
 def test_a_waiting_batch_begins_to_draft_only_with_a_try():
     """The rule by hand: with `wait_first`, `start` lets no row draft a chain before the batch has drafted once, even
-    where a first guess would pay at the prior (a draft of cost 0.2, flat t(n), an even prior: a step costing 1.2
+    where a first guess would pay at the prior (a draft of cost 0.2, t(2) = t(1), an even prior: a step costing 1.2
     ends the batch 1.2 / 1.5 = 0.8 as late). The first drafting step is a one-guess try, made only when it pays for
     the draft's catch-up (`unread`, 40 tokens per row: reading them costs 0.2 x (t(40) - 1) = 0.76 of a step here;
     with one more guess's 0.2, more than a try hopes to win, 0.85 at the prior's optimistic acceptance). Once the
