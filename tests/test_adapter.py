@@ -3,12 +3,12 @@ and models it cannot drive are refused with a clear error."""
 
 import pytest
 import torch
-from transformers import LlamaForCausalLM
 
 from mtdecode import CausalLM, KVCache, UnsupportedModelError, masks
 from mtdecode.attention import GROUPED_SDPA
-from mtdecode.cache import cache_keyword
+from mtdecode.model import probe
 from mtdecode.testing import tiny_model
+from mtdecode.testing.models import IgnoresMask, IgnoresPositions, MasksByColumn, broken_copy
 from mtdecode.testing.tolerance import rounding_tolerance
 
 from conftest import DEVICES
@@ -147,25 +147,6 @@ def test_refuses_attention_that_cannot_take_masks():
         CausalLM(model)
 
 
-CACHE = cache_keyword(LlamaForCausalLM.forward)  # the installed transformers' name for the cache argument
-
-
-class IgnoresMask(LlamaForCausalLM):
-    """A model that silently drops custom masks: exactly what the probe must catch."""
-
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, past_key_values=None, **kw):
-        cache = cache if cache is not None else past_key_values  # `past_key_values`: the name before transformers 5.24
-        return super().forward(input_ids=input_ids, position_ids=position_ids, **{CACHE: cache}, **kw)
-
-
-def test_probe_catches_a_model_that_ignores_masks():
-    model = tiny_model()
-    broken = IgnoresMask(model.config).to(torch.float64).eval()
-    broken.load_state_dict(model.state_dict())
-    with pytest.raises(UnsupportedModelError, match="IgnoresMask did not obey a custom 4-D attention mask"):
-        CausalLM(broken)
-
-
 def test_refuses_training_mode_and_non_models():
     with pytest.raises(UnsupportedModelError, match="training mode"):
         CausalLM(tiny_model().train())
@@ -207,29 +188,7 @@ def test_features_are_the_top_hidden_state_of_the_same_forward(family):
     assert cache.columns == len(SEQUENCE)  # the features came with the cache entries, from one forward each
 
 
-class IgnoresPositions(LlamaForCausalLM):
-    """A model that numbers its tokens by column, whatever `position_ids` it is given."""
-
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, past_key_values=None, **kw):
-        cache = cache if cache is not None else past_key_values
-        return super().forward(input_ids=input_ids, attention_mask=attention_mask, **{CACHE: cache}, **kw)
-
-
-class MasksByColumn(LlamaForCausalLM):
-    """A model that also hides keys more than 4 columns back, on top of the mask it is given (GPT-Neo's local layers
-    do this with their `window_size`)."""
-
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, past_key_values=None, **kw):
-        cache = cache if cache is not None else past_key_values
-        if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 4:
-            queries, keys = attention_mask.shape[-2:]
-            column = torch.arange(keys)[None, :] - (keys - queries) - torch.arange(queries)[:, None]  # key - query
-            far = column < -4
-            attention_mask = attention_mask.masked_fill(far, torch.finfo(attention_mask.dtype).min)
-        return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               **{CACHE: cache}, **kw)  # fmt: skip
-
-
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize(
     "broken, stage",
     [
@@ -238,15 +197,39 @@ class MasksByColumn(LlamaForCausalLM):
         (MasksByColumn, "hidden columns with positions that skip them"),
     ],
 )
-def test_the_probe_names_what_a_model_gets_wrong(broken, stage):
-    """Each broken model is refused before the first token, with the stage of the probe it failed; the same weights
-    in the real class pass."""
-    model = tiny_model()
-    CausalLM(model)  # the real class passes
-    bad = broken(model.config).to(torch.float64).eval()
-    bad.load_state_dict(model.state_dict())
+def test_the_probe_names_what_a_model_gets_wrong(broken, stage, dtype):
+    """Each broken model is refused before the first token, with the stage of the probe it failed, in every dtype;
+    the same weights in the real class pass."""
+    model = tiny_model(dtype=dtype)
+    assert probe.probe_custom_mask(CausalLM(model, probe=False)).dtype == str(dtype).removeprefix("torch.")
     with pytest.raises(UnsupportedModelError, match=f"{broken.__name__} did not obey .*\\({stage}: "):
-        CausalLM(bad)
+        CausalLM(broken_copy(model, broken))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_a_dtype_too_coarse_for_the_probe_is_probed_in_float32(dtype, monkeypatch):
+    """Where the dtype's own noise would hide a leak (`ProbeReading.resolves` false, forced here for half
+    precision), the probe reads a float32 copy: the real class still passes and every broken one is still refused,
+    and the model itself stays in its dtype."""
+    monkeypatch.setattr(probe.ProbeReading, "resolves", property(lambda reading: reading.dtype != "bfloat16"
+                                                                   and reading.dtype != "float16"))  # fmt: skip
+    model = tiny_model(dtype=dtype)
+    reading = probe.probe_custom_mask(CausalLM(model, probe=False))
+    assert reading.dtype == "float32" and model.dtype == dtype
+    for broken in (IgnoresMask, IgnoresPositions, MasksByColumn):
+        with pytest.raises(UnsupportedModelError, match=f"{broken.__name__} did not obey .* rounding in float32 "):
+            CausalLM(broken_copy(model, broken))
+
+
+def test_a_leak_is_judged_against_the_noise_as_well_as_the_effect():
+    """The rule itself: a leak counts above a tenth of the effect and above four times the noise; a dtype whose
+    noise reaches an eighth of the effect cannot resolve a leak."""
+    quiet = probe.ProbeReading("float32", effect=10.0, noise=1e-4, leaks=(("a", 1e-4), ("b", 1.01)))
+    assert quiet.threshold == pytest.approx(1.0) and quiet.resolves and quiet.failed() == ("b", 1.01)
+    noisy = probe.ProbeReading("bfloat16", effect=10.0, noise=0.5, leaks=(("a", 1.5), ("b", 1.99)))
+    assert noisy.threshold == pytest.approx(2.0) and noisy.resolves and noisy.failed() is None
+    deaf = probe.ProbeReading("bfloat16", effect=10.0, noise=1.25, leaks=())
+    assert not deaf.resolves
 
 
 def test_alibi_is_refused_with_its_reason():

@@ -14,6 +14,7 @@ import pytest
 import transformers
 
 from mtdecode import model as adapter_module
+from mtdecode.model import probe
 from mtdecode.testing import matrix
 from mtdecode.testing.families import decoder_only_families
 
@@ -22,15 +23,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "families.md"
 
 
-def page_rows() -> tuple[str, dict[str, str]]:
-    """The transformers version the docs page was made with, and its verdict per family."""
+def page_rows() -> tuple[str, dict[str, tuple[str, str]]]:
+    """The transformers version the docs page was made with, and its bfloat16 cell and verdict per family."""
     text = PAGE.read_text()
     version = re.search(r"^transformers (\S+):", text, re.MULTILINE).group(1)
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) > 3 and cells[0] in decoder_only_families():
-            rows[cells[0]] = cells[-1]
+            rows[cells[0]] = (cells[-2], cells[-1])
     return version, rows
 
 
@@ -39,7 +40,8 @@ def page_rows() -> tuple[str, dict[str, str]]:
 @pytest.mark.usefixtures("unchecked")
 @pytest.mark.parametrize("family", decoder_only_families())
 def test_every_family_is_exact_in_every_strategy_or_refused_with_its_reason(family):
-    result = matrix.check_family(family)
+    """... and every family exact in float64 is exact up to ties in bfloat16: none is refused for rounding alone."""
+    result = matrix.check_family(family, half=True)
     if result.refused is not None:
         assert not result.cells, "a refused family must be refused before anything is decoded"
         assert "\n" not in result.refused and result.refused.startswith(result.model_class), result.refused
@@ -47,10 +49,12 @@ def test_every_family_is_exact_in_every_strategy_or_refused_with_its_reason(fami
         wrong = {name: cell for name, cell in result.cells.items() if cell != "exact"}
         assert not wrong, f"{family}: {wrong}"
         assert list(result.cells) == matrix.strategies_names()
+        assert result.half == "exact up to ties", f"{family} in bfloat16: {result.half}"
     version, rows = page_rows()
     if version == transformers.__version__:  # the page describes this version: it must say the same
-        shown = rows.get(family, "")
+        half, shown = rows.get(family, ("", ""))
         assert shown.startswith(result.verdict.lower()), f"docs/families.md says {shown!r} for {family}"
+        assert half == (result.half or "–"), f"docs/families.md says {half!r} in bfloat16 for {family}"
 
 
 def test_the_page_counts_the_families_of_its_version():
@@ -67,9 +71,12 @@ def test_the_matrix_catches_a_window_that_is_not_applied(monkeypatch):
     monkeypatch.setattr(adapter_module, "_sliding_window", lambda config: None)
     refused = matrix.check_family("mistral", strategy_names=["autoregressive"])
     assert refused.refused is not None and "hidden columns with positions that skip them" in refused.refused
-    monkeypatch.setattr(adapter_module, "_probe_custom_mask", lambda adapter: None)
+    assert matrix.check_half("mistral", strategy_names=["autoregressive"]).startswith("refused: ")
+    monkeypatch.setattr(probe, "probe_custom_mask", lambda adapter: None)
     result = matrix.check_family("mistral", strategy_names=["autoregressive", "prompt_lookup"])
     assert result.refused is None and all(cell.startswith("mismatch") for cell in result.cells.values()), result
+    half = matrix.check_half("mistral", strategy_names=["autoregressive", "prompt_lookup"])
+    assert half.startswith("autoregressive parts from greedy") and "gap" in half, half
 
 
 def test_the_matrix_reports_a_crash_as_a_crash(monkeypatch):

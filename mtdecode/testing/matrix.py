@@ -74,7 +74,8 @@ class FamilyResult:
     - `refused`: `CausalLM`'s one-line reason, if it refused the model (then nothing was decoded);
     - `cells`: per strategy, `"exact"`, or what went wrong (a mismatch with the first differing row, or the error);
     - `attention`: the attention implementation the model was built with; `dtype`: float64, or float32 where the
-      family's own float64 forward fails; `seconds`: the row's time.
+      family's own float64 forward fails; `seconds`: the row's time;
+    - `half`: the same family in bfloat16 (`check_half`), where it was asked for.
     """
 
     family: str
@@ -84,6 +85,7 @@ class FamilyResult:
     attention: str = ""
     dtype: str = "float64"
     seconds: float = 0.0
+    half: str = ""
 
     @property
     def exact(self) -> bool:
@@ -106,8 +108,9 @@ def plain_greedy(model, prompt: list[int], new_tokens: int) -> list[int]:
     return text[len(prompt) :]
 
 
-def check_family(family: str, *, strategy_names: list[str] | None = None) -> FamilyResult:
-    """Build `family`'s tiny model, and refuse it or decode with every strategy (see the module docstring)."""
+def check_family(family: str, *, strategy_names: list[str] | None = None, half: bool = False) -> FamilyResult:
+    """Build `family`'s tiny model, and refuse it or decode with every strategy (see the module docstring); with
+    `half`, an exact family is checked in bfloat16 too (`check_half`)."""
     start = time.perf_counter()
     model, dtype = _model(family)
     result = FamilyResult(family, type(model).__name__, attention=model.config._attn_implementation, dtype=dtype)
@@ -121,8 +124,52 @@ def check_family(family: str, *, strategy_names: list[str] | None = None) -> Fam
     made = strategies(model)
     for name in strategy_names or list(made):
         result.cells[name] = _cell(adapter, made[name], expected)
+    if half and result.exact:
+        result.half = check_half(family, strategy_names=strategy_names)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def check_half(family: str, *, dtype: torch.dtype = torch.bfloat16, strategy_names: list[str] | None = None) -> str:
+    """The family's tiny model in `dtype`: `"refused: ..."` with the probe's reason, or `"exact up to ties"` if every
+    strategy's rows (the batch and the longer prompt alone) take the argmax of the model's own plain forwards wherever
+    no other token lies within ε of it (the tie bound of `mtdecode.testing.ties`, calibrated on 16 tokens), or the
+    first strategy and row that part from greedy beyond ε."""
+    from mtdecode.testing.ties import calibrate
+
+    model = tiny_family_model(family, vocab_size=VOCAB, window=WINDOW, dtype=dtype)
+    try:
+        adapter = CausalLM.wrap(model)
+    except UnsupportedModelError as error:
+        return "refused: " + str(error).splitlines()[0]
+    epsilon = calibrate(adapter, [list(p) for p in PROMPTS], tokens=16, widths=(2, 4, 8)).epsilon
+    made = strategies(model)
+    for name in strategy_names or list(made):
+        strategy = made[name]()
+        batch = generate(adapter, [list(p) for p in PROMPTS], strategy, max_new_tokens=NEW_TOKENS, seed=0,
+                         pad_token_id=0)  # fmt: skip
+        alone = generate(adapter, list(PROMPTS[1]), strategy, max_new_tokens=NEW_TOKENS, seed=0)
+        for label, prompt, got in (("batch row 0", PROMPTS[0], batch.row(0)), ("batch row 1", PROMPTS[1],
+                                   batch.row(1)), ("alone", PROMPTS[1], alone.row(0))):  # fmt: skip
+            gaps = plain_gaps(model, prompt, got)
+            beyond = [(i, gap) for i, gap in enumerate(gaps) if gap > epsilon]
+            if len(got) != NEW_TOKENS or beyond:
+                where = f"{len(got)} tokens" if len(got) != NEW_TOKENS else (
+                    f"index {beyond[0][0]}: gap {beyond[0][1]:.3g} to greedy's token, ε = {epsilon:.3g}")  # fmt: skip
+                return f"{name} parts from greedy ({label}, {where})"
+    return "exact up to ties"
+
+
+def plain_gaps(model, prompt: list[int], got: list[int]) -> list[float]:
+    """For each of `got`'s tokens, how far its logit trails the argmax of the model's own plain forward over the text
+    before it (0 where it is the argmax)."""
+    gaps, text = [], list(prompt)
+    with torch.no_grad():
+        for token in got:
+            logits = model(input_ids=torch.tensor([text], device=model.device)).logits[0, -1].double()
+            gaps.append(float(logits.max() - logits[token]))
+            text.append(token)
+    return gaps
 
 
 def _model(family: str) -> tuple[object, str]:
@@ -178,7 +225,9 @@ def markdown(results: list[FamilyResult]) -> str:
         f"transformers {transformers.__version__}: {len(results)} decoder-only families (its causal-LM mapping "
         f"minus encoders, encoder-decoders and multimodal models). **{len(exact)} exact** in all "
         f"{len(names)} strategies, alone and batched; **{len(refused)} refused** before decoding, each with its "
-        f"reason; {len(wrong)} wrong.",
+        f"reason; {len(wrong)} wrong. In bfloat16, **{sum(r.half == 'exact up to ties' for r in exact)} of the "
+        f"{len(exact)} exact families are exact up to ties** in every strategy; "
+        f"{sum(r.half.startswith('refused') for r in exact)} of them refused.",
         "",
         *_refusal_groups(refused),
         "",
@@ -188,17 +237,22 @@ def markdown(results: list[FamilyResult]) -> str:
         "forwards token for token. MTAD runs with the target as its own draft and one beam, where greedy decoding "
         "is what it must give; EAGLE with an untrained head and the copy branch.",
         "",
-        "| family | model | " + " | ".join(names) + " | verdict |",
-        "|---|---|" + "---|" * len(names) + "---|",
+        "The bfloat16 column builds the same tiny model in bfloat16 and runs the same decodes; a cell passes where "
+        "every token that is not greedy's lies within the tie bound ε of `mtdecode.testing.ties` (see "
+        "[rounding](concepts/rounding.md)).",
+        "",
+        "| family | model | " + " | ".join(names) + " | bfloat16 | verdict |",
+        "|---|---|" + "---|" * len(names) + "---|---|",
     ]
     for r in results:
         model = f"`{r.model_class}`, {r.attention}, {r.dtype}"
         if r.refused is not None:
             reason = r.refused.replace("|", "/")
-            lines.append(f"| {r.family} | {model} | " + " | ".join("–" for _ in names) + f" | refused: {reason} |")
+            lines.append(f"| {r.family} | {model} | " + " | ".join("–" for _ in names) + f" | – | refused: {reason} |")
         else:
             cells = ["✓" if r.cells.get(n) == "exact" else f"✗ {r.cells.get(n, '')}" for n in names]
-            lines.append(f"| {r.family} | {model} | " + " | ".join(cells) + f" | {r.verdict.lower()} |")
+            half = r.half.replace("|", "/") or "–"
+            lines.append(f"| {r.family} | {model} | " + " | ".join(cells) + f" | {half} | {r.verdict.lower()} |")
     return "\n".join(lines) + "\n"
 
 
@@ -240,9 +294,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     results = []
     for family in args.families or decoder_only_families():
-        result = check_family(family)
+        result = check_family(family, half=True)
         results.append(result)
         detail = result.refused or "; ".join(f"{n}: {c}" for n, c in result.cells.items() if c != "exact")
+        detail = f"{detail} bfloat16: {result.half}" if result.half else detail
         print(f"{family:28} {result.verdict:8} {result.seconds:5.2f} s  {detail}", flush=True)
     page = markdown(results)
     if args.write:

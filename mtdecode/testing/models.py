@@ -11,6 +11,8 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from mtdecode.cache import cache_keyword
+
 FAMILIES = {
     "llama": (LlamaConfig, LlamaForCausalLM),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
@@ -122,3 +124,48 @@ def save_checkpoint(model: PreTrainedModel, folder, tokenizer=None):
     model.to(torch.float32).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# Models that do not compute what mtdecode's forwards ask: the mask probe (`mtdecode.model.probe`) must refuse each, in
+# every dtype. Each is Llama with one defect in its forward; `broken_copy` puts a working model's weights into one.
+_CACHE = cache_keyword(LlamaForCausalLM.forward)  # the installed transformers' name for the cache argument
+
+
+class IgnoresMask(LlamaForCausalLM):
+    """Drops the custom 4-D mask it is given (attends causally by column instead)."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, past_key_values=None, **kw):
+        cache = cache if cache is not None else past_key_values  # `past_key_values`: the name before transformers 5.24
+        return super().forward(input_ids=input_ids, position_ids=position_ids, **{_CACHE: cache}, **kw)
+
+
+class IgnoresPositions(LlamaForCausalLM):
+    """Numbers its tokens by column, whatever `position_ids` it is given."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, past_key_values=None, **kw):
+        cache = cache if cache is not None else past_key_values
+        return super().forward(input_ids=input_ids, attention_mask=attention_mask, **{_CACHE: cache}, **kw)
+
+
+class MasksByColumn(LlamaForCausalLM):
+    """Also hides keys more than 4 columns back, on top of the mask it is given (GPT-Neo's local layers do this with
+    their `window_size`)."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, past_key_values=None, **kw):
+        cache = cache if cache is not None else past_key_values
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 4:
+            queries, keys = attention_mask.shape[-2:]
+            device = attention_mask.device
+            column = (torch.arange(keys, device=device)[None, :] - (keys - queries)
+                      - torch.arange(queries, device=device)[:, None])  # fmt: skip
+            attention_mask = attention_mask.masked_fill(column < -4, torch.finfo(attention_mask.dtype).min)
+        return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               **{_CACHE: cache}, **kw)  # fmt: skip
+
+
+def broken_copy(model: PreTrainedModel, broken: type[LlamaForCausalLM]) -> PreTrainedModel:
+    """`model`'s weights (a Llama) in the broken class `broken`, in the same dtype and on the same device, in eval mode
+    (its linear layers plain `nn.Linear`)."""
+    copy = broken(model.config).to(device=model.device, dtype=model.dtype).eval()
+    copy.load_state_dict(model.state_dict())
+    return copy
