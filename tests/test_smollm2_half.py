@@ -11,7 +11,7 @@ import torch
 import mtdecode
 from mtdecode import CausalLM, UnsupportedModelError
 from mtdecode.model import probe
-from mtdecode.strategies import Eagle, Jacobi, Lookahead, PromptLookup, Speculative
+from mtdecode.strategies import MTAD, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens
 from mtdecode.testing.matrix import EAGLE_COSTS
 from mtdecode.testing.models import IgnoresMask, IgnoresPositions, MasksByColumn, broken_copy
@@ -25,13 +25,15 @@ PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number.",
 ]
 NEW_TOKENS = 20
-#: every exact strategy at fixed settings (nothing measured, so every host verifies guesses)
+#: every exact strategy at fixed settings (nothing measured, so every host verifies guesses), and MTAD with the target
+#: as its own draft and one beam, where greedy decoding is what it must give (q = p accepts every block)
 EXACT = {
     "speculative": lambda dtype: Speculative(models(dtype)[1], 3),
     "jacobi": lambda dtype: Jacobi(block=4),
     "prompt_lookup": lambda dtype: PromptLookup(2, 4),
     "lookahead": lambda dtype: Lookahead(4, 3, 4),
     "eagle": lambda dtype: Eagle(models(dtype)[2], depth=3, width=2, costs=EAGLE_COSTS, depth_cost=0.05),
+    "mtad": lambda dtype: MTAD(models(dtype)[0], 3, beam_width=1),
 }
 
 
