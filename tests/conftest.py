@@ -56,8 +56,8 @@ elif "PYTEST_XDIST_WORKER_COUNT" in os.environ:
 # the Python processes a test starts (the CLI, another project's pytest, the bridge's worker, a second process
 # for seeds) get the same share: with every core each, they would wait for the other workers' threads. Set, not
 # set by default: pytest-xdist's controller runs this file first, with every core, and its workers inherit its
-# environment (until stop 72 every such process ran 2 threads beside a busy worker: another project's pytest
-# took 52 s beside a notebook instead of 14 s)
+# environment (without it every such process ran 2 threads beside a busy worker: another project's pytest took
+# 52 s beside a notebook instead of 14 s)
 os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
 
 

@@ -486,7 +486,7 @@ def test_a_batch_margin_weighs_the_ratios_standard_error_not_the_scatter(tmp_pat
     monkeypatch.setattr(tuning, "_measure", lambda *_: taken.append(1) or times)
     model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=7, layers=1, hidden=16))
     old = {"model": mtdecode.store.module_key(model.hf), "host": mtdecode.store.host_key(), "context": tuning.CONTEXT}
-    old.update(repeats=5, rows=4)  # what stops 60 to 72 kept
+    old.update(repeats=5, rows=4)  # the key an older version kept
     mtdecode.store.kept("forward", old, lambda: {"costs": {"1": 1.0, "2": 1.0}, "scatter": {"1": 0.5, "2": 0.5}})
     error = 1.2533 * statistics.stdev(ratios) / 5**0.5 / 1.1  # relative to the median ratio
     assert tuning.batch_margin(model, 4) == pytest.approx(tuning.BOOKKEEPING + 2 * error) and len(taken) == 1

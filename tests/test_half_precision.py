@@ -57,7 +57,7 @@ HALF = [torch.bfloat16, torch.float16]
 
 # these ask what half precision does to the strategies' tokens; jaxtyping's `Float` takes every float dtype alike, so
 # the types are those the strategies' own float32 and float64 tests check, and checking them made this file's tests
-# about 30% slower (stop 72, the suite's `--durations=0` summed by file: 56 s of test time checked, 40 s unchecked)
+# about 30% slower (the suite's `--durations=0` summed by file: 56 s of test time checked, 40 s unchecked)
 @pytest.mark.usefixtures("unchecked")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", HALF, ids=str)

@@ -63,12 +63,14 @@ def epsilon(dtype: torch.dtype) -> float:
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_the_real_model_passes_the_probe_in_its_own_dtype_and_its_broken_copies_do_not(dtype):
-    """The probe reads SmolLM2 in its own dtype (the dtype resolves a leak: no float32 copy is needed), every stage
-    within its threshold; the same weights in a class that ignores positions and one that masks by column are refused
-    (`tests/test_adapter.py` refuses every broken class on tiny models in every dtype)."""
+    """The probe passes SmolLM2, every stage within its threshold, read in its own dtype where that dtype resolves a
+    leak (on the hosts measured it does: bfloat16's noise was 0.75 to 1 logit against an effect of 8.9) and on a
+    float32 copy where it does not; the same weights in a class that ignores positions and one that masks by column
+    are refused (`tests/test_adapter.py` refuses every broken class on tiny models in every dtype)."""
     target = models(dtype)[0]
+    own = probe.read_probe(target)
     reading = probe.probe_custom_mask(target)
-    assert reading.dtype == str(dtype).removeprefix("torch.") and reading.resolves, reading
+    assert reading.dtype == (own.dtype if own.resolves else "float32") and reading.resolves, (own, reading)
     assert max(leak for _, leak in reading.leaks) <= reading.threshold, reading
     for broken in (IgnoresPositions, MasksByColumn):
         with pytest.raises(UnsupportedModelError, match=f"{broken.__name__} did not obey"):

@@ -2,7 +2,7 @@
 
 Runs in lade's own interpreter (transformers 4.34; see `docs/examples/lade.md`), not in mtdecode's:
 
-    mtdecode check docs/examples/lade_decoder.py:decoder --python /work/lade-venv/bin/python
+    mtdecode check docs/examples/lade_decoder.py:decoder --python lade-venv/bin/python
 
 It imports only torch and lade. `decoder` follows mtdecode's decoder protocol: greedy runs lade's
 patched greedy search (lookahead: a Jacobi window of LEVEL-1 rows of WINDOW_SIZE tokens, n-gram

@@ -12,10 +12,11 @@ The largest difference of a stage is its *leak*. Two readings judge it:
 
 - the **effect**: how far changing the text's first token moves the later logits, the size of
   what a wrong mask does;
-- the **noise**: how far the same text moves through two kernel paths that are both right (a
-  plain forward over the text, and one over the text with more tokens after it). In float32
-  this is about 1e-4 of a logit; in bfloat16 it is about one logit on ordinary text, and can be
-  ten or more on special tokens, whose large activations grow through the layers.
+- the **noise**: how far the same text moves through kernel paths that are all right (a plain
+  forward over the text, and forwards over the text with 2 and 5 more tokens after it), and
+  never less than two rounding steps of the dtype at the largest logit. In float32 this is
+  about 1e-4 of a logit; in bfloat16 it is about one logit on ordinary text, and can be ten or
+  more on special tokens, whose large activations grow through the layers.
 
 A leak counts when it is above both a tenth of the effect and four times the noise
 (`ProbeReading.failed`). The text is made of ordinary tokens (ids at fixed fractions of the
@@ -32,6 +33,7 @@ own rounding.
 """
 
 import copy
+import math
 from dataclasses import dataclass
 
 import torch
@@ -132,10 +134,13 @@ def read_probe(adapter: CausalLM) -> ProbeReading:
         with torch.no_grad():
             return adapter.hf(input_ids=torch.tensor([tokens], device=device)).logits[0].double()
 
-    # the plain forward, a changed first token (the effect), and more tokens after the text (the noise)
+    # the plain forward, and a changed first token (the effect)
     reference = plain(text)  # (7, vocab): after t0 .. t6
     effect = _largest(reference[1:] - plain([(text[0] + 1) % vocab, *text[1:]])[1:])
-    noise = _largest(reference - plain([*text, *other[:2]])[: len(text)])
+    # noise: two other widths of the same plain forward, and never less than two rounding steps at the largest logit
+    largest = max(_largest(reference), 1e-30)  # the largest finite |logit|
+    floor = 2 * torch.finfo(adapter.dtype).eps * 2.0 ** math.floor(math.log2(largest))
+    noise = max(floor, *(_largest(reference - plain([*text, *other[:extra]])[: len(text)]) for extra in (2, 5)))
     stages = []
     runner = Runner(adapter, "probe", batch=2)
     # 1. left padding: the text's first 3 tokens as the shorter row

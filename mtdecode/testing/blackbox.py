@@ -240,8 +240,9 @@ def check_greedy(
         why = f"In {dtypes[0]} that means exact up to ties (tier 2): {ties}, with {bound}."
     scope = (
         f"on all {cases} prompts ({examples} Hypothesis examples per model) of {where}, prompts of 1 to {max_prompt} "
-        f"tokens, budgets of 1 to {max_new_tokens}, totals up to {longest} tokens crossing "
-        f"{', '.join(map(str, sorted(crossed))) or 'none'} of {', '.join(map(str, LENGTH_MARKS))}. {record}."
+        f"tokens, budgets of 1 to {max_new_tokens}, totals up to {longest} tokens; the runs crossed the lengths "
+        f"{', '.join(map(str, sorted(crossed))) or 'none'} (of the {', '.join(map(str, LENGTH_MARKS))} they aim at). "
+        f"{record}."
     )
     if require_guesses and not record.guessed:
         summary = (

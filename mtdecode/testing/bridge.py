@@ -333,7 +333,7 @@ def remote_decoder(python: str, target: str, *, cwd: str | None = None) -> Calla
 
     **Arguments:**
 
-    - `python`: the other interpreter, e.g. `/work/lade-venv/bin/python` (it needs torch and
+    - `python`: the other interpreter, e.g. `lade-venv/bin/python` (it needs torch and
       transformers, not mtdecode).
     - `target`: the decoder there; it may take batches (`takes_batches`, `batch`) or not.
     - `cwd`: the folder to run in and import `target` from (default: the current folder).

@@ -125,7 +125,7 @@ def markdown(done: list[Entry]) -> str:
         "",
         "The oracle of [Testing your own decoder](testing-your-decoder.md) run at its defaults on every public",
         "implementation that can be installed on this project's machine, by",
-        "`python -m mtdecode.testing.conformance --write docs/conformance.md --lade /work/lade-venv/bin/python`",
+        "`python -m mtdecode.testing.conformance --write docs/conformance.md --lade lade-venv/bin/python`",
         "(lade's venv: [A decoder in another environment](examples/lade.md)). A verdict is *conforms*, *fails*,",
         "*crashed* or *inconclusive* (the check never saw a guess verified, so the path under test never ran).",
         "",
