@@ -372,7 +372,8 @@ def batch_forward_costs(model: CausalLM, rows: int) -> dict[int, float]:
 
 def batch_curve(model: CausalLM, rows: int, longest: int, *, planned: bool = True) -> list[float]:
     """t(rows, 1..longest) in units of t(1, 1), a 1-token forward of one row: the batch's step costs. `planned`:
-    never cheaper than fewer tokens, as `cost_curve` plans them; else as measured (`measured_curve`)."""
+    never cheaper than fewer tokens (where a wider forward measured cheaper, a faster kernel or noise, one more token
+    counts as free); else as measured (`measured_curve`)."""
     measured = [batch_relative(model, rows, n) for n in range(1, longest + 1)]
     return [max(measured[: n + 1]) for n in range(len(measured))] if planned else measured
 
@@ -552,12 +553,6 @@ def candidate_costs(model: CausalLM, window: int, ngram: int, guesses: int, *, r
     steps = [batch_relative(model, rows, (window + g) * (ngram - 1)) for g in range(guesses + 1)]
     costs = DraftCosts(draft=0.0, target=steps, overhead=step_overhead(rows))
     return BatchCosts({rows: costs}, margin=batch_margin(model, rows))
-
-
-def cost_curve(model: CausalLM, longest: int) -> list[float]:
-    """t(1..longest): a forward over n tokens against one, measured, and planned as never cheaper than fewer
-    tokens (where a wider forward measured cheaper, a faster kernel or noise, one more token counts as free)."""
-    return batch_curve(model, 1, longest)
 
 
 def measured_curve(model: CausalLM, longest: int) -> list[float]:
