@@ -20,7 +20,7 @@ import warnings
 import mtdecode
 from mtdecode import model as adapter
 from mtdecode.bench import load_suite, tokenize
-from mtdecode.drafting import DraftCosts
+from mtdecode.costs import DraftCosts
 from mtdecode.strategies import MTAD, Autoregressive, Jacobi, Lookahead, PromptLookup, Speculative
 
 #: costs under which no guess pays: every step of a ruled strategy is a rest step

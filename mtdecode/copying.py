@@ -9,7 +9,7 @@ from typing import no_type_check
 
 import torch
 
-from mtdecode.drafting import chain_outcome
+from mtdecode.policy.rule import chain_outcome
 from mtdecode.session import Session
 from mtdecode.tensor_types import Float, Int, Tensor
 

@@ -1,6 +1,6 @@
 """The `DecodingStrategy` protocol: what `mtdecode.generate` needs from a strategy."""
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from mtdecode.session import Session, Step
@@ -19,3 +19,19 @@ class DecodingStrategy(Protocol):
     """
 
     def decode(self, session: Session) -> Iterator[list[Step]]: ...
+
+
+def check_counts(strategy: object, names: Sequence[str], *, optional: Sequence[str] = ()) -> None:
+    """Raise ValueError unless each named setting of `strategy` is an integer >= 1 (None allowed for `optional`)."""
+    for name in names:
+        value = getattr(strategy, name)
+        if value is None and name in optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def check_chance(name: str, value: float) -> None:
+    """Raise ValueError unless `value` (the setting called `name`) is a chance in [0, 1]."""
+    if not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a chance in [0, 1], got {value}")

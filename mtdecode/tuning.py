@@ -49,7 +49,7 @@ import torch
 
 from mtdecode import masks, store
 from mtdecode.beams import BEAM_WIDTH, score_children
-from mtdecode.drafting import BatchCosts, DraftCosts
+from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.generate import generate
 from mtdecode.model import CausalLM, Runner
 from mtdecode.plain import decode_plainly
@@ -533,7 +533,7 @@ def jacobi_guesses(target: CausalLM, text: list[int], guess: int, tokens: int) -
 
 
 def draft_costs(target: CausalLM, draft: CausalLM, *, longest: int = 32) -> DraftCosts:
-    """One row's costs that `mtdecode.drafting.DraftLength` weighs, measured on this host: a draft forward and
+    """One row's costs that `mtdecode.policy.rule.DraftLength` weighs, measured on this host: a draft forward and
     target forwards over 1..`longest` tokens, in units of a 1-token target forward (`batch_draft_costs` for 1 row)."""
     return batch_draft_costs(target, draft, 1, longest=longest).at(1)
 

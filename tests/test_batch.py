@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from mtdecode import Sampler, drafting, generate
 from mtdecode.attention import GROUPED_SDPA
-from mtdecode.drafting import BatchCosts, DraftCosts
+from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.strategies import MTAD, Autoregressive, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.distribution import block_cells, exact_joint
@@ -247,7 +247,7 @@ def joint_of_two_rows(strategy, sampler: Sampler, new_tokens: int = 2):
 INDEPENDENCE = {
     "speculative": lambda: Speculative(small_pair()[1], 1),
     "lookahead": lambda: Lookahead(2, 2, 2, prompt_pool=True),
-    # the batch rule: every row's number of guesses follows the whole batch's record (`mtdecode.drafting`)
+    # the batch rule: every row's number of guesses follows the whole batch's record (`mtdecode.policy.rule`)
     "speculative, the batch rule": lambda: Speculative(
         small_pair()[1], costs=BatchCosts({2 * PAIRS: DraftCosts(0.05, [1.0, 1.1, 1.2, 1.3])})
     ),

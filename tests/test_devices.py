@@ -13,7 +13,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import mtdecode
-from mtdecode.drafting import DraftCosts
+from mtdecode.costs import DraftCosts
 from mtdecode.strategies import REGISTRY, Eagle, needs_draft
 from mtdecode.testing import tiny_model
 from mtdecode.testing.models import perturbed

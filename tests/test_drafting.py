@@ -1,4 +1,4 @@
-"""Drafts that stop when unsure (`mtdecode.drafting`): the rule's arithmetic, greedy parity with
+"""Drafts that stop when unsure (`mtdecode.policy.rule`): the rule's arithmetic, greedy parity with
 the rule on (float64), and a draft that cannot pay for itself is not used. The sampling law
 with the rule on is in test_speculative_sampling.py."""
 
@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mtdecode
-from mtdecode.drafting import BINS, BatchCosts, DraftCosts, DraftLength
+from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.policy.rule import BINS, DraftLength
 from mtdecode.strategies.speculative import Speculative
 from mtdecode.testing import assert_greedy_parity, tiny_model
 from mtdecode.testing.models import perturbed

@@ -22,7 +22,7 @@ import torch
 
 import mtdecode
 from mtdecode import Sampler, verification
-from mtdecode.drafting import DraftCosts
+from mtdecode.costs import DraftCosts
 from mtdecode.strategies import Autoregressive
 from mtdecode.strategies.eagle import Copy, Eagle, Tree, best_nodes, graft, head_guesses, tree_size
 from mtdecode.testing import tiny_model

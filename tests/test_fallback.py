@@ -15,7 +15,7 @@ import torch
 
 import mtdecode
 from mtdecode import tuning
-from mtdecode.drafting import DraftCosts
+from mtdecode.costs import DraftCosts
 from mtdecode.strategies import MTAD, Eagle, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.models import perturbed

@@ -1,4 +1,4 @@
-"""The batch rule: a batch's guesses sized by its goodput (`mtdecode.drafting`, `BatchCosts`).
+"""The batch rule: a batch's guesses sized by its goodput (`mtdecode.policy.rule`, `BatchCosts`).
 
 - `BatchCosts` interpolates between the numbers of rows it was given, and refuses nonsense.
 - The rule by hand: the width with which the batch would end soonest, so that the row that sets its end
@@ -33,7 +33,8 @@ from hypothesis import strategies as st
 
 import mtdecode
 from mtdecode import tuning
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength
+from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.policy.rule import DraftLength
 from mtdecode.strategies import MTAD, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.models import perturbed
@@ -831,7 +832,7 @@ def test_jacobis_first_place_starts_from_the_models_measured_acceptance(tmp_path
     """`tuning.jacobi_acceptance` is a chance, measured once per model and kept on disk; `Jacobi`'s rule starts its
     first place there: at one row, where a guess costs 0.05 of a forward, a prior of 1/2 verifies guesses in the first
     step, and one of 0.02 verifies none until the row has rested its patience (then it may try one)."""
-    from mtdecode.drafting import PATIENCE
+    from mtdecode.policy.rule import PATIENCE
     from mtdecode.strategies import jacobi
 
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))

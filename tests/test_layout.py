@@ -1,6 +1,6 @@
 """The library's layout: which of its modules import which (read from the source, lazy imports inside functions
 included). Strategies do not import one another: what two of them share lives in a module of its own
-(`mtdecode.plain`, `mtdecode.copying`, `mtdecode.drafting`). The parts of the library import one another without a
+(`mtdecode.plain`, `mtdecode.copying`, `mtdecode.policy.rule`). The parts of the library import one another without a
 circle, so that none is hidden by a late import; the training recipes (`mtdecode.recipes`) use the library and
 nothing in it uses them."""
 

@@ -18,7 +18,7 @@ import pytest
 
 import mtdecode
 from mtdecode import Sampler, tuning, verification
-from mtdecode.drafting import DraftCosts
+from mtdecode.costs import DraftCosts
 from mtdecode.strategies import Lookahead, PromptLookup
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import check_distribution

@@ -22,7 +22,7 @@ import torch
 
 import mtdecode
 from mtdecode import tuning
-from mtdecode.drafting import BatchCosts, DraftCosts
+from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.strategies import MTAD, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import tiny_model
 from mtdecode.testing.models import perturbed

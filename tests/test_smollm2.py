@@ -142,7 +142,7 @@ def test_eagle_with_its_copy_branch_equals_greedy_and_accepts_past_the_heads_dep
     one more branch of the tree) gives greedy's tokens (any difference must start at a near tie), and some steps
     accept more tokens than the head's tree is deep (2), which only the copy can give. Fixed costs, so that the
     tree-size rule chooses alike on every host."""
-    from mtdecode.drafting import DraftCosts
+    from mtdecode.costs import DraftCosts
     from mtdecode.strategies import Eagle
 
     model, _ = default()

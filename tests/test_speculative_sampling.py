@@ -6,7 +6,7 @@ per step (so one step covers all 3 tokens: accept, reject-and-correct, and bonus
 are compared with it by a chi-square test at a false-alarm rate of 1e-3
 (`mtdecode.testing.stats`). The same test is shown to fail on three wrong verifiers.
 
-With the stopping rule on (`mtdecode.drafting`, costs chosen so that rows draft 1 or 2
+With the stopping rule on (`mtdecode.policy.rule`, costs chosen so that rows draft 1 or 2
 guesses by q's confidence) the law is the same; a rule that peeks at p is caught.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from mtdecode import Sampler
-from mtdecode.drafting import DraftCosts
+from mtdecode.costs import DraftCosts
 from mtdecode.sampling import draw
 from mtdecode.strategies import speculative
 from mtdecode.strategies.speculative import Speculative

@@ -22,7 +22,7 @@ distribution over the head's tokens. One step, for every row of the batch at onc
            copy holds that far (the row's `CopyRecord`). N maximises E(N) - r T(N),
            E(N) = 1 + the kept worths' sum (the tokens a step is expected to yield), T(N) the
            measured cost of a target forward over N + 1 tokens, r the row's rate so far
-           (`mtdecode.drafting`);
+           (`mtdecode.policy.rule`);
 3. verify: one target forward over x0 and the N nodes with the shared tree mask
            (`mtdecode.masks.tree`), which also returns the target's features;
 4. accept: every root-to-leaf path is a candidate; the shared one-hot multi-candidate rule
@@ -43,7 +43,7 @@ prompt's features when the batch first drafts). The head's KV cache is a `KVCach
 session's checks like every model's: it holds each row's committed tokens but the newest, as the
 target's does; the draft tree's entries are pending only while the tree grows.
 
-With the batch rule (`mtdecode.drafting`, batch > 1), a batch whose last step verified no node
+With the batch rule (`mtdecode.policy.rule`, batch > 1), a batch whose last step verified no node
 rests: it takes plain steps, the head does no work (it reads features and scores a first depth
 in every step it drafts; one more depth alone costs a sixth of a batched step at 16 rows on the
 2-core host), and the target's features wait for it; after `PATIENCE` such steps, or as soon as
@@ -67,9 +67,12 @@ from einops import rearrange, repeat
 
 from mtdecode import masks, tuning
 from mtdecode.copying import CopyRecord, lookup_rows
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice, expected_tokens
+from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.model import CausalLM
+from mtdecode.policy.report import drafting_choice
+from mtdecode.policy.rule import DraftLength, expected_tokens
 from mtdecode.session import Choice, Session, Step
+from mtdecode.strategy import check_counts
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import Verdict, padded, verify_fed, verify_logits
 from mtdecode.zoo.eagle import TREE_WIDTH, EagleHead, HeadRunner
@@ -93,7 +96,7 @@ class Eagle:
       default; 0: no copy, the head's tree alone).
     - `ngram`: the longest n-gram the copy matches (shorter ones are tried if it has none).
     - `costs`: the target's forward costs for step 2: `BatchCosts` to size the batch's trees by its goodput,
-      one row's `DraftCosts` to size each row's alone (`mtdecode.drafting`); None: the batch's, measured on this
+      one row's `DraftCosts` to size each row's alone (`mtdecode.policy.rule`); None: the batch's, measured on this
       host (`mtdecode.tuning`), for a batch with what a drafting step does beside its target forward, measured in
       a run (`mtdecode.tuning.measure_eagle_steps`), as the step's overhead o and each verified node's share as c.
     - `depth_cost`: what growing the tree one more depth costs (a head forward over W nodes per row, their scores

@@ -21,7 +21,7 @@ of rows far more), and on real text plain Jacobi's guesses seldom converge. So b
 (`block=None`) each step verifies only as many guesses as are expected to pay for their place in
 the forward, at most `max_block`, down to none: a plain step at greedy cost, after which the row's
 guesses wait, one place on, for the next step that verifies them. The rule is `DraftLength.plan` in
-`mtdecode.drafting`, judging each place by how often guesses there were accepted so far
+`mtdecode.policy.rule`, judging each place by how often guesses there were accepted so far
 (`PlaceRecord`), starting from how often the model's first guesses are accepted
 (`tuning.jacobi_acceptance`), and calibrating those chances as it does prompt lookup's.
 `Jacobi(block=b)` verifies b guesses every step, as the papers do.
@@ -34,18 +34,11 @@ import torch
 
 from mtdecode import tuning
 from mtdecode.copying import prompt_tokens
-from mtdecode.drafting import (
-    PRIOR,
-    BatchCosts,
-    DraftCosts,
-    DraftLength,
-    chain_outcome,
-    check_chance,
-    check_counts,
-    drafting_choice,
-    pooled,
-)
+from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.policy.report import drafting_choice
+from mtdecode.policy.rule import PRIOR, DraftLength, chain_outcome, pooled
 from mtdecode.session import Choice, Session, Step
+from mtdecode.strategy import check_chance, check_counts
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.verification import NONE, verify_chain
 

@@ -42,7 +42,7 @@ the choices say which W, N and G were chosen and their predicted speed-up.
 
 When G is tuned it is the most candidates a step verifies: each row verifies only as many of
 its candidates (most recent first) as are expected to pay for their tokens in the forward
-(`DraftLength.plan_expected` in `mtdecode.drafting`), judged from how often this row's
+(`DraftLength.plan_expected` in `mtdecode.policy.rule`), judged from how often this row's
 candidates of each rank were the accepted one and how many tokens they brought (`CandidateRecord`).
 Where the pool's candidates are seldom right, a row verifies fewer of them, down to none. The
 rule reads only earlier steps, never this step's p, so the output stays exact. The choices
@@ -60,10 +60,11 @@ from einops import rearrange, repeat
 
 from mtdecode import tuning
 from mtdecode.copying import prompt_tokens
-from mtdecode.drafting import DraftLength, drafting_choice
 from mtdecode.masks import LookaheadLayout
 from mtdecode.model import left_pad
 from mtdecode.plain import decode_plainly, prefill
+from mtdecode.policy.report import drafting_choice
+from mtdecode.policy.rule import DraftLength
 from mtdecode.session import Choice, Session, Step
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import NONE, Verdict, verify_logits

@@ -10,7 +10,7 @@ evaluations. MTAD approximates it with a small auxiliary (draft) model q:
            pair by beam weight x q(token | beam) and draw W pairs; y is the heaviest beam;
            k is fixed (`num_draft_tokens`) or, by default, each row stops where the
            heaviest beam's newest token is too unsure to pay for another depth
-           (`mtdecode.drafting`, the same rule as `Speculative`'s, reported alike in
+           (`mtdecode.policy.rule`, the same rule as `Speculative`'s, reported alike in
            `result.stats.choices`);
 2. verify: one target forward over [x0, y_1..y_k] gives p_1..p_{k+1};
 3. accept: the LONGEST prefix y_1..y_n with P(y_1..n) / Q(y_1..n) > tau (n = 0 if none);
@@ -39,11 +39,14 @@ from transformers import PreTrainedModel
 
 from mtdecode import masks, tuning
 from mtdecode.beams import BEAM_WIDTH, judged, log_of, score_children
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, rule_choice
+from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.plain import prefill
+from mtdecode.policy.report import rule_choice
+from mtdecode.policy.rule import DraftLength
 from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Session, Step, with_new_token
+from mtdecode.strategy import check_counts
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 
@@ -58,7 +61,7 @@ class MTAD:
     - `beam_width`: W, beams kept per depth (at least 1).
     - `threshold`: tau > 0; a prefix is accepted if P(y_1..n) / Q(y_1..n) > tau.
     - `max_draft_tokens`, `costs`: when `num_draft_tokens` is None (the default), each row's block
-      grows until the draft is unsure (`mtdecode.drafting`, as in `Speculative`), at most
+      grows until the draft is unsure (`mtdecode.policy.rule`, as in `Speculative`), at most
       `max_draft_tokens`, weighing `costs` (`BatchCosts` or one row's `DraftCosts`, as in
       `Speculative`; None: the batch's, measured on this host, with one depth of the beams as the draft's cost:
       a draft forward over `beam_width` tokens per row and the scoring of its children,
@@ -131,7 +134,7 @@ def beam_draft(
     """Step 1: beam sampling (beam search when greedy) over the draft's joint distribution, per row.
 
     With a `length` rule a row stops at the depth where the heaviest beam's newest token is too
-    unsure to pay for another depth (`mtdecode.drafting`; q's probabilities only), at most k[b].
+    unsure to pay for another depth (`mtdecode.policy.rule`; q's probabilities only), at most k[b].
 
     **Returns:**
 

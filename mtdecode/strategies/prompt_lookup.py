@@ -15,7 +15,7 @@ n-gram appeared. Per step, with x0 the newest committed token:
 With no match the step is a plain decoding step.
 
 How many of the copied tokens to verify: by default the number with the best expected tokens
-per unit of cost (`DraftLength.plan_expected` in `mtdecode.drafting`: copying costs nothing, but a target
+per unit of cost (`DraftLength.plan_expected` in `mtdecode.policy.rule`: copying costs nothing, but a target
 forward over 11 tokens costs more than one over 1, by the curve measured on this host), judged
 from how often this row's copied tokens were accepted so far after runs of agreeing tokens as long (`CopyRecord`,
 starting from the rates measured over greedy's answers to the benchmark suite, `SUITE_RATES`);
@@ -33,8 +33,11 @@ import torch
 
 from mtdecode import tuning
 from mtdecode.copying import SUITE_RATES, CopyRecord, lookup_rows
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, drafting_choice, expected_tokens
+from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.policy.report import drafting_choice
+from mtdecode.policy.rule import DraftLength, expected_tokens
 from mtdecode.session import Choice, Session, Step
+from mtdecode.strategy import check_counts
 from mtdecode.tensor_types import Bool, Float, Tensor
 from mtdecode.verification import padded, verify_chain
 
@@ -47,7 +50,7 @@ class PromptLookup:
 
     - `ngram`: the longest n-gram to match (at least 1); shorter ones are tried if it has no match.
     - `num_draft_tokens`: copy up to this many tokens per step (at least 1); None (the default): as
-      many as pay (`mtdecode.drafting`), at most `max_draft_tokens`.
+      many as pay (`mtdecode.policy.rule`), at most `max_draft_tokens`.
     - `max_draft_tokens`, `costs`: the most copied tokens when the rule decides, and the costs it
       weighs (`BatchCosts` or one row's `DraftCosts`, as in `Speculative`; None: the batch's forward-cost
       curve measured on this host).

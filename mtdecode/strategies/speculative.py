@@ -14,7 +14,7 @@ Per step, with x0 the newest committed token and k guesses:
              if all k were kept, draw a bonus token from p_{k+1}          (lines 7-10)
 5. commit:   the accepted guesses and the new token; roll both caches back to them.
 
-How many guesses: by default each row drafts until the draft is unsure (`mtdecode.drafting`):
+How many guesses: by default each row drafts until the draft is unsure (`mtdecode.policy.rule`):
 another guess is drawn while its expected tokens per added cost, judged from q's confidence
 and the costs measured on this host, beat the step's rate so far; at most `max_draft_tokens`.
 The rule never looks at p, so the output stays exactly p (or greedy). `num_draft_tokens=k`
@@ -42,11 +42,14 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode import tuning
-from mtdecode.drafting import BatchCosts, DraftCosts, DraftLength, check_counts, rule_choice
+from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.plain import prefill, sample_next
+from mtdecode.policy.report import rule_choice
+from mtdecode.policy.rule import DraftLength
 from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Session, Step, with_new_token
+from mtdecode.strategy import check_counts
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import NONE, verify_greedy
 
@@ -60,7 +63,7 @@ class Speculative:
     - `draft`: the draft model q (a transformers causal LM or a `CausalLM`); it must share
       the target's vocabulary and device.
     - `num_draft_tokens`: a fixed number of guesses per step (k >= 1); None (the default): each
-      row drafts until the draft is unsure (`mtdecode.drafting`), at most `max_draft_tokens`.
+      row drafts until the draft is unsure (`mtdecode.policy.rule`), at most `max_draft_tokens`.
     - `max_draft_tokens`: the most guesses per step when k is not fixed.
     - `costs`: what the stopping rule weighs: `BatchCosts` to weigh the batch's goodput (a batch's
       rows draft together, as many guesses as pay for the whole batch; its first drafting step is a

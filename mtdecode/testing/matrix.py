@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 import transformers
 
-from mtdecode.drafting import DraftCosts
+from mtdecode.costs import DraftCosts
 from mtdecode.generate import generate
 from mtdecode.model import CausalLM, UnsupportedModelError
 from mtdecode.strategies import MTAD, Autoregressive, Eagle, Jacobi, Lookahead, PromptLookup, Speculative

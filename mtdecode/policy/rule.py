@@ -89,14 +89,14 @@ dropped after it was drawn: that would condition it on its own value, and it wou
 be a draw from q.
 """
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import no_type_check
 
 import torch
 from einops import pack, reduce, repeat, unpack
 
-from mtdecode.session import Choice, Step
+from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.strategy import check_chance
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: confidence bins of the per-row calibration (equal widths over [0, 1])
@@ -107,86 +107,6 @@ PRIOR = 2.0
 #: a row that stopped drafting altogether tries one guess again after this many steps without (then
 #: after twice as many each time the try is rejected), so a bad start does not stop it for good
 PATIENCE = 4
-
-
-@dataclass(frozen=True)
-class DraftCosts:
-    """What a step costs, in units of one 1-token target forward.
-
-    **Arguments:**
-
-    - `draft`: c, one draft forward (over one token per row); 0 for guesses that cost nothing to make
-      (copied from the text, as in prompt lookup).
-    - `target`: t(1), t(2), ...: a target forward over 1, 2, ... tokens (so `target[0]` is 1).
-    - `overhead`: o, what a step that verifies guesses spends besides its forwards beyond what a plain step spends
-      (verifying, rolling the caches back, the rule itself); 0 by default. `mtdecode.tuning` sets it for one row
-      (`tuning.BOOKKEEPING`); for a batch the rule's margin holds it instead (`BatchCosts.margin`).
-    """
-
-    draft: float | int
-    target: Sequence[float | int]
-    overhead: float | int = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.draft >= 0 or len(self.target) < 2 or any(not t > 0 for t in self.target):
-            raise ValueError(f"costs must be positive (c may be 0), with t(1) and t(2) at least, got {self}")
-        if not self.overhead >= 0:
-            raise ValueError(f"overhead must be >= 0, got {self.overhead}")
-
-    @no_type_check  # plain numbers, called per row per step (see `mtdecode.tensor_types`)
-    def t(self, tokens: int) -> float:
-        """t(tokens); past the last measured size the last step is continued."""
-        if tokens <= len(self.target):
-            return self.target[tokens - 1]
-        step = self.target[-1] - self.target[-2]
-        return self.target[-1] + step * (tokens - len(self.target))
-
-    def step(self, guesses: int) -> float:
-        """T(k) = t(k + 1) + k c, and + o for k > 0."""
-        return self.t(guesses + 1) + guesses * self.draft + (self.overhead if guesses > 0 else 0.0)
-
-
-@dataclass(frozen=True)
-class BatchCosts:
-    """What a step of a whole batch costs, by the number of rows in its forwards: weighed as one (the batch's
-    goodput, see the module's docstring).
-
-    **Arguments:**
-
-    - `by_rows`: rows B -> the `DraftCosts` of forwards over B rows side by side (t_B(n): a target forward over n
-      tokens per row; c_B: a draft forward over one token per row), in units of one 1-token target forward of
-      one row, so that steps of different batches compare. Between measured numbers of rows they are
-      interpolated linearly, and continued past the largest.
-    - `margin`: how much sooner a step with guesses must be predicted to end the batch than one without, as a
-      fraction, before it counts as a gain: how uncertain the measured costs are and what the model leaves out (each
-      step's bookkeeping). `mtdecode.tuning.batch_draft_costs` sets it from the measurement.
-    """
-
-    by_rows: Mapping[int, DraftCosts]
-    margin: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.by_rows or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in self.by_rows):
-            raise ValueError(f"by_rows must map numbers of rows >= 1 to DraftCosts, got {dict(self.by_rows)}")
-        if not 0 <= self.margin < 1:
-            raise ValueError(f"margin must be in [0, 1), got {self.margin}")
-
-    def at(self, rows: int) -> DraftCosts:
-        """The costs of forwards over `rows` rows."""
-        if rows in self.by_rows:
-            return self.by_rows[rows]
-        measured = sorted(self.by_rows)
-        if len(measured) == 1:
-            raise ValueError(f"costs for {rows} rows were not given, only for {measured[0]}")
-        below = max([r for r in measured if r <= rows], default=measured[0])
-        above = min([r for r in measured if r > below], default=None)
-        if above is None:
-            below, above = measured[-2], measured[-1]
-        low, high, weight = self.by_rows[below], self.by_rows[above], (rows - below) / (above - below)
-        width = max(len(low.target), len(high.target))
-        target = [low.t(n) + (high.t(n) - low.t(n)) * weight for n in range(1, width + 1)]
-        overhead = low.overhead + (high.overhead - low.overhead) * weight
-        return DraftCosts(max(0.0, low.draft + (high.draft - low.draft) * weight), target, max(0.0, overhead))
 
 
 class DraftLength:
@@ -727,54 +647,6 @@ class DraftLength:
         self.planned = None
 
 
-def drafting_choice(
-    strategy: str, rule: DraftLength, steps: Sequence[Step], *, guesses: str, pays: str, fix: str, fallback: bool = True
-) -> Choice:
-    """What `rule` chose over a run, for `Stats.choices`: how many `guesses` (e.g. "guesses", "copied tokens") the
-    row `steps` that drafted verified on average, and how many row steps drafted nothing because no guess paid.
-
-    **Arguments:**
-
-    - `strategy`: the strategy's name; `rule`: its `DraftLength`; `steps`: every row step of the run.
-    - `pays`: the rule's break-even, worded to follow "because" (e.g. "the row's acceptance stayed below 62%").
-    - `fix`: how to fix the number of guesses instead of leaving it to the rule.
-    - `fallback`: whether a run with no drafting step decoded greedily (False for a strategy that does other work
-      besides its guesses, such as lookahead's window).
-
-    **Returns:** a `Choice`; when no row step drafted and the rule stopped at least one, the run decoded greedily
-    because of the rule, and the choice says so (`Choice.greedy`, with `fix` as the way out).
-    """
-    drafting = [step.drafted for step in steps if step.drafted > 0]
-    declined = int(rule.declined)
-    if fallback and not drafting and declined:
-        reason = f"{declined} of its {len(steps)} row steps drafted nothing because {pays}; {fix}"
-        return Choice(strategy, "decodes greedily", reason, greedy=True)
-    mean = sum(drafting) / len(drafting) if drafting else 0.0
-    setting = f"{mean:.1f} {guesses} verified per drafting step ({len(drafting)} of {len(steps)} row steps drafted)"
-    return Choice(strategy, setting, f"{declined} row steps drafted nothing because {pays}")
-
-
-def rule_choice(name: str, length: DraftLength, steps: list[Step], *, drafting: str = "a draft forward") -> Choice:
-    """What the stopping rule chose over the run (`Stats.choices`), with its break-even: a first guess pays only
-    while the row's acceptance a exceeds (c + t(2) - t(1)) / t(1) (the rule with i = 0); where a batch that starts
-    rested (`DraftLength`'s `wait_first`) never drafted, the try that must pay for the draft's reading of the prompts.
-    `drafting` names what c pays for (MTAD: a depth of its beams)."""
-    c = length.costs
-    added = c.t(2) - c.t(1)
-    pays = (
-        f"the row's acceptance so far was below the {(c.draft + added) / c.step(0):.0%} at which a first guess "
-        f"pays ({drafting} costs {c.draft:.2f} of a 1-token target forward, one more verified token {added:.2f})"
-    )
-    if length.waiting:  # a batch that never drafted: its first drafting step must be a try (`wait_first`)
-        pays = (
-            f"the batch starts rested and no try paid or was due: a try of a guess a row must pay for the draft's "
-            f"reading of the prompts ({length.asked:.2f} of a 1-token target forward; {drafting} "
-            f"{c.draft:.2f}) at an optimistic {float(length.optimistic()[0]):.0%} acceptance"
-        )
-    fix = f"{name}(draft, num_draft_tokens=k) drafts k guesses every step"
-    return drafting_choice(name, length, steps, guesses="guesses", pays=pays, fix=fix)
-
-
 def pooled(record: Float[Tensor, "batch column"]) -> Float[Tensor, "batch column"]:
     """Every row's record summed over the rows, given to every row (the batch rule's shared records)."""
     return repeat(reduce(record, "batch column -> column", "sum"), "column -> batch column", batch=record.shape[0])
@@ -793,22 +665,6 @@ def chain_outcome(
     1..accepted held, guess accepted + 1 (if drafted) was tried and did not, the rest were never judged."""
     place = torch.arange(width, device=accepted.device)
     return (place <= accepted[:, None]) & (place < drafted[:, None]), place < accepted[:, None]
-
-
-def check_counts(strategy: object, names: Sequence[str], *, optional: Sequence[str] = ()) -> None:
-    """Raise ValueError unless each named setting of `strategy` is an integer >= 1 (None allowed for `optional`)."""
-    for name in names:
-        value = getattr(strategy, name)
-        if value is None and name in optional:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-
-
-def check_chance(name: str, value: float) -> None:
-    """Raise ValueError unless `value` (the setting called `name`) is a chance in [0, 1]."""
-    if not 0 <= value <= 1:
-        raise ValueError(f"{name} must be a chance in [0, 1], got {value}")
 
 
 def bin_of(confidence: Float[Tensor, "*shape"]) -> Int[Tensor, "*shape"]:

@@ -1,0 +1,91 @@
+"""What a step costs: the records a drafting policy weighs, in units of one 1-token target forward of one row.
+
+A speculative step with k guesses costs T(k) = t(k + 1) + k c (+ o when it verifies any), with t(n) a target forward
+over n tokens and c a draft forward (`DraftCosts`); a batch's forwards cost more with its rows (`BatchCosts`). The
+records are plain data: measured on a host (`mtdecode.tuning`), kept on disk, shipped as reference values, or written
+by hand, and every process that holds the same record makes the same choices.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import no_type_check
+
+
+@dataclass(frozen=True)
+class DraftCosts:
+    """What a step costs, in units of one 1-token target forward.
+
+    **Arguments:**
+
+    - `draft`: c, one draft forward (over one token per row); 0 for guesses that cost nothing to make
+      (copied from the text, as in prompt lookup).
+    - `target`: t(1), t(2), ...: a target forward over 1, 2, ... tokens (so `target[0]` is 1).
+    - `overhead`: o, what a step that verifies guesses spends besides its forwards beyond what a plain step spends
+      (verifying, rolling the caches back, the rule itself); 0 by default. `mtdecode.tuning` sets it for one row
+      (`tuning.BOOKKEEPING`); for a batch the rule's margin holds it instead (`BatchCosts.margin`).
+    """
+
+    draft: float | int
+    target: Sequence[float | int]
+    overhead: float | int = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.draft >= 0 or len(self.target) < 2 or any(not t > 0 for t in self.target):
+            raise ValueError(f"costs must be positive (c may be 0), with t(1) and t(2) at least, got {self}")
+        if not self.overhead >= 0:
+            raise ValueError(f"overhead must be >= 0, got {self.overhead}")
+
+    @no_type_check  # plain numbers, called per row per step (see `mtdecode.tensor_types`)
+    def t(self, tokens: int) -> float:
+        """t(tokens); past the last measured size the last step is continued."""
+        if tokens <= len(self.target):
+            return self.target[tokens - 1]
+        step = self.target[-1] - self.target[-2]
+        return self.target[-1] + step * (tokens - len(self.target))
+
+    def step(self, guesses: int) -> float:
+        """T(k) = t(k + 1) + k c, and + o for k > 0."""
+        return self.t(guesses + 1) + guesses * self.draft + (self.overhead if guesses > 0 else 0.0)
+
+
+@dataclass(frozen=True)
+class BatchCosts:
+    """What a step of a whole batch costs, by the number of rows in its forwards: weighed as one (the batch's
+    goodput, see the module's docstring).
+
+    **Arguments:**
+
+    - `by_rows`: rows B -> the `DraftCosts` of forwards over B rows side by side (t_B(n): a target forward over n
+      tokens per row; c_B: a draft forward over one token per row), in units of one 1-token target forward of
+      one row, so that steps of different batches compare. Between measured numbers of rows they are
+      interpolated linearly, and continued past the largest.
+    - `margin`: how much sooner a step with guesses must be predicted to end the batch than one without, as a
+      fraction, before it counts as a gain: how uncertain the measured costs are and what the model leaves out (each
+      step's bookkeeping). `mtdecode.tuning.batch_draft_costs` sets it from the measurement.
+    """
+
+    by_rows: Mapping[int, DraftCosts]
+    margin: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.by_rows or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in self.by_rows):
+            raise ValueError(f"by_rows must map numbers of rows >= 1 to DraftCosts, got {dict(self.by_rows)}")
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"margin must be in [0, 1), got {self.margin}")
+
+    def at(self, rows: int) -> DraftCosts:
+        """The costs of forwards over `rows` rows."""
+        if rows in self.by_rows:
+            return self.by_rows[rows]
+        measured = sorted(self.by_rows)
+        if len(measured) == 1:
+            raise ValueError(f"costs for {rows} rows were not given, only for {measured[0]}")
+        below = max([r for r in measured if r <= rows], default=measured[0])
+        above = min([r for r in measured if r > below], default=None)
+        if above is None:
+            below, above = measured[-2], measured[-1]
+        low, high, weight = self.by_rows[below], self.by_rows[above], (rows - below) / (above - below)
+        width = max(len(low.target), len(high.target))
+        target = [low.t(n) + (high.t(n) - low.t(n)) * weight for n in range(1, width + 1)]
+        overhead = low.overhead + (high.overhead - low.overhead) * weight
+        return DraftCosts(max(0.0, low.draft + (high.draft - low.draft) * weight), target, max(0.0, overhead))

@@ -1,0 +1,1 @@
+"""How much to guess: the drafting policy a strategy is handed."""

@@ -1,0 +1,54 @@
+"""What a drafting policy chose over a run, worded for `Stats.choices`."""
+
+from collections.abc import Sequence
+
+from mtdecode.policy.rule import DraftLength
+from mtdecode.session import Choice, Step
+
+
+def drafting_choice(
+    strategy: str, rule: DraftLength, steps: Sequence[Step], *, guesses: str, pays: str, fix: str, fallback: bool = True
+) -> Choice:
+    """What `rule` chose over a run, for `Stats.choices`: how many `guesses` (e.g. "guesses", "copied tokens") the
+    row `steps` that drafted verified on average, and how many row steps drafted nothing because no guess paid.
+
+    **Arguments:**
+
+    - `strategy`: the strategy's name; `rule`: its `DraftLength`; `steps`: every row step of the run.
+    - `pays`: the rule's break-even, worded to follow "because" (e.g. "the row's acceptance stayed below 62%").
+    - `fix`: how to fix the number of guesses instead of leaving it to the rule.
+    - `fallback`: whether a run with no drafting step decoded greedily (False for a strategy that does other work
+      besides its guesses, such as lookahead's window).
+
+    **Returns:** a `Choice`; when no row step drafted and the rule stopped at least one, the run decoded greedily
+    because of the rule, and the choice says so (`Choice.greedy`, with `fix` as the way out).
+    """
+    drafting = [step.drafted for step in steps if step.drafted > 0]
+    declined = int(rule.declined)
+    if fallback and not drafting and declined:
+        reason = f"{declined} of its {len(steps)} row steps drafted nothing because {pays}; {fix}"
+        return Choice(strategy, "decodes greedily", reason, greedy=True)
+    mean = sum(drafting) / len(drafting) if drafting else 0.0
+    setting = f"{mean:.1f} {guesses} verified per drafting step ({len(drafting)} of {len(steps)} row steps drafted)"
+    return Choice(strategy, setting, f"{declined} row steps drafted nothing because {pays}")
+
+
+def rule_choice(name: str, length: DraftLength, steps: list[Step], *, drafting: str = "a draft forward") -> Choice:
+    """What the stopping rule chose over the run (`Stats.choices`), with its break-even: a first guess pays only
+    while the row's acceptance a exceeds (c + t(2) - t(1)) / t(1) (the rule with i = 0); where a batch that starts
+    rested (`DraftLength`'s `wait_first`) never drafted, the try that must pay for the draft's reading of the prompts.
+    `drafting` names what c pays for (MTAD: a depth of its beams)."""
+    c = length.costs
+    added = c.t(2) - c.t(1)
+    pays = (
+        f"the row's acceptance so far was below the {(c.draft + added) / c.step(0):.0%} at which a first guess "
+        f"pays ({drafting} costs {c.draft:.2f} of a 1-token target forward, one more verified token {added:.2f})"
+    )
+    if length.waiting:  # a batch that never drafted: its first drafting step must be a try (`wait_first`)
+        pays = (
+            f"the batch starts rested and no try paid or was due: a try of a guess a row must pay for the draft's "
+            f"reading of the prompts ({length.asked:.2f} of a 1-token target forward; {drafting} "
+            f"{c.draft:.2f}) at an optimistic {float(length.optimistic()[0]):.0%} acceptance"
+        )
+    fix = f"{name}(draft, num_draft_tokens=k) drafts k guesses every step"
+    return drafting_choice(name, length, steps, guesses="guesses", pays=pays, fix=fix)
