@@ -21,6 +21,7 @@ import mtdecode
 from mtdecode import model as adapter
 from mtdecode.bench import load_suite, tokenize
 from mtdecode.costs import DraftCosts
+from mtdecode.policy import Adaptive
 from mtdecode.strategies import MTAD, Autoregressive, Jacobi, Lookahead, PromptLookup, Speculative
 
 #: costs under which no guess pays: every step of a ruled strategy is a rest step
@@ -52,8 +53,8 @@ def main() -> None:
             "autoregressive": Autoregressive(),
             "jacobi": Jacobi(costs=NEVER, acceptance=0.0),
             "prompt_lookup": PromptLookup(costs=NEVER),
-            "speculative": Speculative(draft, costs=NEVER, acceptance=0.0),
-            "mtad": MTAD(draft, costs=NEVER, acceptance=0.0),
+            "speculative": Speculative(draft, policy=Adaptive(costs=NEVER, acceptance=0.0)),
+            "mtad": MTAD(draft, policy=Adaptive(costs=NEVER, acceptance=0.0)),
         }
     else:
         strategies = {

@@ -24,9 +24,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtdecode import Sampler, drafting, generate
+from mtdecode import Sampler, generate
 from mtdecode.attention import GROUPED_SDPA
 from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.policy import Adaptive, rule
 from mtdecode.strategies import MTAD, Autoregressive, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.distribution import block_cells, exact_joint
@@ -249,7 +250,7 @@ INDEPENDENCE = {
     "lookahead": lambda: Lookahead(2, 2, 2, prompt_pool=True),
     # the batch rule: every row's number of guesses follows the whole batch's record (`mtdecode.policy.rule`)
     "speculative, the batch rule": lambda: Speculative(
-        small_pair()[1], costs=BatchCosts({2 * PAIRS: DraftCosts(0.05, [1.0, 1.1, 1.2, 1.3])})
+        small_pair()[1], policy=Adaptive(costs=BatchCosts({2 * PAIRS: DraftCosts(0.05, [1.0, 1.1, 1.2, 1.3])}))
     ),
 }
 
@@ -257,7 +258,7 @@ INDEPENDENCE = {
 def patience_of_one(monkeypatch) -> None:
     """A batch that starts rested (`Speculative` under the batch rule) tries its first guess only with more than
     twice its patience left: with a patience of 1 step, the first of 3 tokens is a try."""
-    monkeypatch.setattr(drafting, "PATIENCE", 1)
+    monkeypatch.setattr(rule, "PATIENCE", 1)
 
 
 @pytest.mark.parametrize("name", INDEPENDENCE)

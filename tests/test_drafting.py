@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import mtdecode
 from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.policy import Adaptive
 from mtdecode.policy.rule import BINS, DraftLength
 from mtdecode.strategies.speculative import Speculative
 from mtdecode.testing import assert_greedy_parity, tiny_model
@@ -196,7 +197,7 @@ def test_what_the_rule_keeps_between_steps_is_renewed_by_every_verified_guess():
 )
 def test_greedy_equals_autoregressive_with_the_rule_on(prompt, max_new_tokens, draft_cost, slope, most):
     target, draft = pair()
-    strategy = Speculative(draft, max_draft_tokens=most, costs=linear(draft_cost, slope))
+    strategy = Speculative(draft, max_draft_tokens=most, policy=Adaptive(costs=linear(draft_cost, slope)))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = assert_greedy_parity(target, prompt, strategy, max_new_tokens=max_new_tokens)
@@ -211,7 +212,9 @@ def test_greedy_equals_autoregressive_with_the_rule_on(prompt, max_new_tokens, d
 
 def test_the_rule_drafts_long_when_cheap_and_sure_and_not_at_all_when_it_cannot_pay():
     target, _ = pair()
-    same = Speculative(target, max_draft_tokens=12, costs=linear(0.01, 0.0))  # the target drafts for itself
+    same = Speculative(
+        target, max_draft_tokens=12, policy=Adaptive(costs=linear(0.01, 0.0))
+    )  # the target drafts for itself
     steps = mtdecode.generate(target, [1, 2, 3], same, max_new_tokens=80).steps
     # a tiny random model is unsure of everything (confidence ~ 0.1); every guess is accepted, the
     # calibration learns it, and the drafts grow to the maximum
@@ -219,7 +222,7 @@ def test_the_rule_drafts_long_when_cheap_and_sure_and_not_at_all_when_it_cannot_
     assert drafted[0] < 12 and max(drafted) == 12 and all(step.accepted == step.drafted for step in steps)
     # a draft forward half as dear as the target's, and a flat curve: a guess accepted half the time never pays, one
     # accepted always would (2 tokens for 1.5)
-    half = Speculative(pair()[1], costs=linear(0.5, 0.0), acceptance=0.5)
+    half = Speculative(pair()[1], policy=Adaptive(costs=linear(0.5, 0.0), acceptance=0.5))
     result = mtdecode.generate(target, [1, 2, 3], half, max_new_tokens=40)
     drafted = [step.drafted for step in result.steps]
     # no step drafts but single-guess tries after 4 idle steps, then after 8, 16, ... while they are rejected
@@ -227,7 +230,7 @@ def test_the_rule_drafts_long_when_cheap_and_sure_and_not_at_all_when_it_cannot_
     assert set(drafted) <= {0, 1} and tries[0] == 4, drafted
     assert all(b - a > 4 for a, b in zip(tries, tries[1:], strict=False)) and len(tries) <= 4
     # as dear as the target's: not even a guess that is always accepted pays, so the row never tries one
-    dear = Speculative(pair()[1], costs=linear(1.0, 0.0), acceptance=0.5)
+    dear = Speculative(pair()[1], policy=Adaptive(costs=linear(1.0, 0.0), acceptance=0.5))
     assert not any(step.drafted for step in mtdecode.generate(target, [1, 2, 3], dear, max_new_tokens=40).steps)
 
 
@@ -270,7 +273,7 @@ def test_mtads_measured_guess_costs_a_whole_depth_of_its_beams(tmp_path, monkeyp
 
     for cost, drafts in ((20.0, False), (0.0, True)):
         monkeypatch.setattr(tuning, "measure_beam_depth_cost", priced(cost))
-        strategy = MTAD(target, beam_width=2, acceptance=0.9)
+        strategy = MTAD(target, beam_width=2, policy=Adaptive(acceptance=0.9))
         result = mtdecode.generate(target, [1, 2, 3], strategy, max_new_tokens=30)
         assert any(step.drafted for step in result.steps) == drafts, cost
     assert asked == [(2, 1), (2, 1)]
@@ -296,10 +299,10 @@ def test_mtad_blocks_follow_the_rule_and_batch_rows_equal_rows_alone():
     from mtdecode.strategies import MTAD
 
     target, draft = pair()
-    same = MTAD(target, beam_width=2, max_draft_tokens=8, costs=linear(0.01, 0.0))
+    same = MTAD(target, beam_width=2, max_draft_tokens=8, policy=Adaptive(costs=linear(0.01, 0.0)))
     steps = mtdecode.generate(target, [1, 2, 3], same, max_new_tokens=60).steps
     assert max(step.drafted for step in steps) == 8 > steps[0].drafted
-    strategy = MTAD(draft, beam_width=2, costs=linear(0.1, 0.05))
+    strategy = MTAD(draft, beam_width=2, policy=Adaptive(costs=linear(0.1, 0.05)))
     prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4]]
     batch = mtdecode.generate(target, prompts, strategy, max_new_tokens=20, pad_token_id=0)
     for b, prompt in enumerate(prompts):
@@ -313,7 +316,7 @@ def test_speculative_batch_rows_with_the_rule_equal_rows_alone(temperature):
     """Each row keeps its own calibration and stops: a batch row drafts, draws and decodes as it would alone
     (row b of a batch with seed s is the prompt alone with seed s + b)."""
     target, draft = pair()
-    strategy = Speculative(draft, costs=linear(0.05, 0.05))
+    strategy = Speculative(draft, policy=Adaptive(costs=linear(0.05, 0.05)))
     prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [4]]
     settings = dict(max_new_tokens=24, temperature=temperature)
     batch = mtdecode.generate(target, prompts, strategy, pad_token_id=0, seed=11, **settings)

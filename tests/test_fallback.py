@@ -16,6 +16,7 @@ import torch
 import mtdecode
 from mtdecode import tuning
 from mtdecode.costs import DraftCosts
+from mtdecode.policy import Adaptive
 from mtdecode.strategies import MTAD, Eagle, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.models import perturbed
@@ -124,8 +125,8 @@ def test_stats_still_construct_without_choices():
 
 def drafting(kind: str, costs: DraftCosts):
     return {
-        "speculative": lambda: Speculative(draft(), costs=costs),
-        "mtad": lambda: MTAD(draft(), costs=costs),
+        "speculative": lambda: Speculative(draft(), policy=Adaptive(costs=costs)),
+        "mtad": lambda: MTAD(draft(), policy=Adaptive(costs=costs)),
         "prompt_lookup": lambda: PromptLookup(costs=costs),
         "eagle": lambda: Eagle(head(), depth=2, width=2, lookup=3, costs=costs, depth_cost=0.0),
     }[kind]()
@@ -170,7 +171,7 @@ def test_a_long_run_that_tries_again_is_not_a_fallback():
     """With no guess paying at the prior acceptance, a row still tries one after 4 idle steps while more than twice
     that many tokens are left: over 20 tokens it drafts, so no warning, and the choice counts the row steps it held
     back."""
-    result, warned = run(Speculative(draft(), costs=TRYABLE, acceptance=0.5), 20)
+    result, warned = run(Speculative(draft(), policy=Adaptive(costs=TRYABLE, acceptance=0.5)), 20)
     assert not warned
     (choice,) = result.stats.choices
     held = int(re.match(r"(\d+) row steps drafted nothing", choice.reason).group(1))

@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 import mtdecode
 from mtdecode import tuning
 from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.policy import Adaptive
 from mtdecode.policy.rule import DraftLength
 from mtdecode.strategies import MTAD, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
@@ -86,9 +87,9 @@ def together(rows: int, draft: float, slope: float) -> BatchCosts:
 
 
 RULED = {  # every strategy with a rule, given batch costs
-    "speculative": lambda costs: Speculative(pair()[1], costs=costs),
+    "speculative": lambda costs: Speculative(pair()[1], policy=Adaptive(costs=costs)),
     "prompt_lookup": lambda costs: PromptLookup(costs=costs),
-    "mtad": lambda costs: MTAD(pair()[1], beam_width=2, costs=costs),
+    "mtad": lambda costs: MTAD(pair()[1], beam_width=2, policy=Adaptive(costs=costs)),
     "eagle": lambda costs: Eagle(head(), depth=3, width=3, costs=costs, depth_cost=0.05, read_cost=0.05),
     "jacobi": lambda costs: Jacobi(costs=costs),
 }
@@ -196,15 +197,21 @@ def test_a_batch_whose_guesses_do_not_pay_decodes_at_greedy_cost():
     target, good = pair()
     bad = tiny_model("llama", vocab_size=VOCAB, seed=9)
     prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
-    steep = mtdecode.generate(target, prompts, Speculative(good, costs=together(4, 0.05, 3.0)), max_new_tokens=40)
+    steep = mtdecode.generate(
+        target, prompts, Speculative(good, policy=Adaptive(costs=together(4, 0.05, 3.0))), max_new_tokens=40
+    )
     assert not any(s.drafted for s in steep.steps) and steep.stats.choices[0].greedy
-    strategy = Speculative(bad, costs=together(4, 0.05, 0.5), acceptance=0.5)
+    strategy = Speculative(bad, policy=Adaptive(costs=together(4, 0.05, 0.5), acceptance=0.5))
     dear = mtdecode.generate(target, prompts, strategy, max_new_tokens=40)
     tries = [s.drafted for s in dear.steps_of(0) if s.drafted > 0]
     assert 1 <= len(tries) <= 2 and set(tries) == {1}
-    measured = mtdecode.generate(target, prompts, Speculative(bad, costs=together(4, 0.05, 0.5)), max_new_tokens=40)
+    measured = mtdecode.generate(
+        target, prompts, Speculative(bad, policy=Adaptive(costs=together(4, 0.05, 0.5))), max_new_tokens=40
+    )
     assert not any(s.drafted for s in measured.steps)
-    flat = mtdecode.generate(target, prompts, Speculative(good, costs=together(4, 0.0, 0.01)), max_new_tokens=40)
+    flat = mtdecode.generate(
+        target, prompts, Speculative(good, policy=Adaptive(costs=together(4, 0.0, 0.01))), max_new_tokens=40
+    )
     assert sum(s.drafted > 0 for s in flat.steps_of(0)) > len(flat.steps_of(0)) / 2
 
 
@@ -281,8 +288,12 @@ def test_a_resting_batch_rests_on_without_weighing_and_chooses_as_if_it_had(name
     eos = greedy_tokens(target, RAGGED[1], 9)[-1]  # row 1 ends early, the others may too
     costs = together(4, 0.05, 0.5)
     made = {
-        "speculative": lambda: Speculative(tiny_model("llama", vocab_size=VOCAB, seed=9), costs=costs, acceptance=0.5),
-        "mtad": lambda: MTAD(tiny_model("llama", vocab_size=VOCAB, seed=9), beam_width=2, costs=costs, acceptance=0.5),
+        "speculative": lambda: Speculative(
+            tiny_model("llama", vocab_size=VOCAB, seed=9), policy=Adaptive(costs=costs, acceptance=0.5)
+        ),
+        "mtad": lambda: MTAD(
+            tiny_model("llama", vocab_size=VOCAB, seed=9), beam_width=2, policy=Adaptive(costs=costs, acceptance=0.5)
+        ),
         "jacobi": lambda: Jacobi(costs=costs, acceptance=0.5),
     }[name]
 
@@ -624,8 +635,10 @@ def test_a_draft_models_first_read_of_the_prompts_is_a_try(name):
     draft forward of 0.3. Prompts of at most 4 tokens cost the draft nothing more to read: the first step is a
     one-guess try, and the batch drafts. Prompts of 6 tokens cost it 0.3 x (t(6) - 1) = 5.4 steps to read, which no
     try could win back: it never drafts, and its choice says why. Every row equals greedy decoding either way."""
-    make = {"speculative": lambda c: Speculative(pair()[1], costs=c, acceptance=0.5),
-            "mtad": lambda c: MTAD(pair()[1], beam_width=2, costs=c, acceptance=0.5)}[name]  # fmt: skip
+    make = {
+        "speculative": lambda c: Speculative(pair()[1], policy=Adaptive(costs=c, acceptance=0.5)),
+        "mtad": lambda c: MTAD(pair()[1], beam_width=2, policy=Adaptive(costs=c, acceptance=0.5)),
+    }[name]
     costs = BatchCosts({2: DraftCosts(0.3, [1.0, 1.0, 1.0, 1.0, 10.0, 19.0])})
     target = pair()[0]
     for prompts, drafts in (([[1, 2, 3], [9, 8, 7, 6]], True), ([[1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1]], False)):

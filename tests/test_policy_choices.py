@@ -23,6 +23,7 @@ import torch
 import mtdecode
 from mtdecode import tuning
 from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.policy import Adaptive
 from mtdecode.strategies import MTAD, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import tiny_model
 from mtdecode.testing.models import perturbed
@@ -72,8 +73,8 @@ def head(target) -> EagleHead:
 def strategies(target, draft, costs):
     """Every strategy with a rule, weighing `costs`."""
     return {
-        "speculative": Speculative(draft, costs=costs, acceptance=0.4),
-        "mtad": MTAD(draft, beam_width=2, costs=costs, acceptance=0.4),
+        "speculative": Speculative(draft, policy=Adaptive(costs=costs, acceptance=0.4)),
+        "mtad": MTAD(draft, beam_width=2, policy=Adaptive(costs=costs, acceptance=0.4)),
         "prompt_lookup": PromptLookup(costs=costs),
         "jacobi": Jacobi(costs=costs, acceptance=0.3),
         "eagle": Eagle(head(target), depth=3, width=3, costs=costs, depth_cost=0.05, read_cost=0.05),
@@ -109,7 +110,9 @@ def record() -> dict[str, dict[str, list[list[list[int]]]]]:
         for name, strategy in strategies(target, draft, costs).items():
             with pytest.MonkeyPatch.context() as patch:  # lookahead's settings and candidate costs, fixed
                 patch.setattr(tuning, "lookahead_plan", lambda *a, **k: ((2, 3, 4), None))
-                patch.setattr(tuning, "candidate_costs", lambda *a, costs=costs, rows=rows, **k: candidate_costs(costs, rows))
+                patch.setattr(
+                    tuning, "candidate_costs", lambda *a, costs=costs, rows=rows, **k: candidate_costs(costs, rows)
+                )
                 result = mtdecode.generate(target, prompts, strategy, max_new_tokens=40, pad_token_id=0, **sampling)
             out[setting][name] = [
                 [[s.drafted, s.accepted, len(s.tokens)] for s in result.steps_of(b)] for b in range(rows)
@@ -130,8 +133,8 @@ def test_every_strategys_per_step_choices_are_as_recorded(now, setting, name):
     for b, (want, have) in enumerate(zip(kept, got, strict=True)):
         first = next((i for i, (x, y) in enumerate(zip(want, have, strict=False)) if x != y), None)
         assert first is None and len(want) == len(have), (
-            f"row {b}: step {first} differs: recorded {want[first:first + 3] if first is not None else want[-1:]}, "
-            f"now {have[first:first + 3] if first is not None else have[-1:]}"
+            f"row {b}: step {first} differs: recorded {want[first : first + 3] if first is not None else want[-1:]}, "
+            f"now {have[first : first + 3] if first is not None else have[-1:]}"
         )
 
 

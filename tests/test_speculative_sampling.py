@@ -17,6 +17,7 @@ import torch
 
 from mtdecode import Sampler
 from mtdecode.costs import DraftCosts
+from mtdecode.policy import Adaptive
 from mtdecode.sampling import draw
 from mtdecode.strategies import speculative
 from mtdecode.strategies.speculative import Speculative
@@ -61,7 +62,7 @@ CHEAP = DraftCosts(draft=0.05, target=[1.0, 1.1, 1.2, 1.3])
 
 
 def with_rule() -> Speculative:
-    return Speculative(pair()[1], max_draft_tokens=2, costs=CHEAP)
+    return Speculative(pair()[1], max_draft_tokens=2, policy=Adaptive(costs=CHEAP))
 
 
 def test_the_rule_drafts_one_or_two_guesses_here():

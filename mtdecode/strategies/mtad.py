@@ -8,10 +8,9 @@ evaluations. MTAD approximates it with a small auxiliary (draft) model q:
 1. draft:  a block y_1..y_k from q by beam sampling with W beams (beam search when greedy):
            at depth 1 draw W tokens from q; at each further depth score every (beam, token)
            pair by beam weight x q(token | beam) and draw W pairs; y is the heaviest beam;
-           k is fixed (`num_draft_tokens`) or, by default, each row stops where the
-           heaviest beam's newest token is too unsure to pay for another depth
-           (`mtdecode.policy.rule`, the same rule as `Speculative`'s, reported alike in
-           `result.stats.choices`);
+           k is fixed (`num_draft_tokens`) or decided by the policy (`mtdecode.policy`): by
+           default each row stops where the heaviest beam's newest token is too unsure to pay
+           for another depth, as `Speculative`'s draft does;
 2. verify: one target forward over [x0, y_1..y_k] gives p_1..p_{k+1};
 3. accept: the LONGEST prefix y_1..y_n with P(y_1..n) / Q(y_1..n) > tau (n = 0 if none);
            the test is deterministic: no uniform draw;
@@ -31,19 +30,19 @@ its own block length k (shorter near the end of its budget).
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 import torch
 from einops import rearrange, repeat
 from transformers import PreTrainedModel
 
-from mtdecode import masks, tuning
+from mtdecode import masks
 from mtdecode.beams import BEAM_WIDTH, judged, log_of, score_children
-from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.plain import prefill
-from mtdecode.policy.report import rule_choice
-from mtdecode.policy.rule import DraftLength
+from mtdecode.policy import Adaptive, Fixed, fixed_or
+from mtdecode.policy.plans import ChainPlan
 from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.strategy import check_counts
@@ -60,13 +59,10 @@ class MTAD:
     - `num_draft_tokens`: a fixed block length k (at least 1); None: until the draft is unsure.
     - `beam_width`: W, beams kept per depth (at least 1).
     - `threshold`: tau > 0; a prefix is accepted if P(y_1..n) / Q(y_1..n) > tau.
-    - `max_draft_tokens`, `costs`: when `num_draft_tokens` is None (the default), each row's block
-      grows until the draft is unsure (`mtdecode.policy.rule`, as in `Speculative`), at most
-      `max_draft_tokens`, weighing `costs` (`BatchCosts` or one row's `DraftCosts`, as in
-      `Speculative`; None: the batch's, measured on this host, with one depth of the beams as the draft's cost:
-      a draft forward over `beam_width` tokens per row and the scoring of its children,
-      `mtdecode.tuning.measure_beam_depth_cost`),
-      and `acceptance`, the rule's prior chance that a first guess is accepted (as in `Speculative`).
+    - `max_draft_tokens`: the most tokens of a block when `policy` decides.
+    - `policy`: how long a block to draft when k is not given (`mtdecode.policy`): `Adaptive()` by default, weighing
+      a depth of the beams (a draft forward over `beam_width` tokens per row and the scoring of their children) as a
+      guess's cost, as measured on this host.
     """
 
     draft: CausalLM | PreTrainedModel
@@ -74,8 +70,7 @@ class MTAD:
     beam_width: int = BEAM_WIDTH
     threshold: float = 0.5
     max_draft_tokens: int = 20
-    costs: DraftCosts | BatchCosts | None = None
-    acceptance: float | None = None
+    policy: Adaptive | Fixed = Adaptive()
     #: MTAD does not reproduce greedy decoding or p: it accepts by likelihood
     exact: ClassVar[bool] = False
 
@@ -86,64 +81,44 @@ class MTAD:
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
         draft = s.draft_runner(self.draft)
-        greedy = s.sampler.greedy
         rows = torch.arange(s.batch, device=s.device)
-        length = None
-        if self.num_draft_tokens is None:
-            costs = self.costs
-            if costs is None:  # a guess costs a depth of the beams: W tokens per row through the draft, then scoring
-                depth = tuning.measure_beam_depth_cost(s.target.model, draft.model, self.beam_width, s.batch)
-                costs = tuning.batch_draft_costs(s.target.model, draft.model, s.batch, draft_cost=depth)
-            prior = self.acceptance
-            prior = tuning.draft_acceptance(s.target.model, draft.model) if prior is None else prior
-            # in a batch, the draft's first read of the prompts bets on an acceptance not yet seen: only a try makes it
-            length = DraftLength(
-                costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior, wait_first=True
-            )
-            s.record_choice(  # for `Stats.choices`
-                lambda: rule_choice("MTAD", length, s.steps, drafting="a depth of the beams")
-            )
+        plan = fixed_or(self.num_draft_tokens, self.policy).beams(s, draft, width=self.beam_width,
+                                                                   most=self.max_draft_tokens)  # fmt: skip
         while not s.done:
-            k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
-            # the batch rests on, weighing the draft's catch-up when it drafts again as `start` does
-            resting = length is not None and length.idle_before_catch_up(list(map(len, s.unread(draft))), rows=k > 0)
-            if resting:
-                length.rest(k > 0)
+            k = s.budget(plan.most)  # (batch,): the step adds one token of its own
+            if plan.rests(k > 0, list(map(len, s.unread(draft)))):
                 yield plain_step(s, draft)
                 continue
-            block, log_q, path, k = beam_draft(s, draft, k, self.beam_width, length)  # step 1
+            block, log_q, path, k = beam_draft(s, draft, k, self.beam_width, plan)  # step 1
             if block.shape[1] == 0:  # no row drafted
-                if length is not None:
-                    length.record(k, torch.zeros_like(k))
+                plan.record(k, torch.zeros_like(k))
                 yield plain_step(s, draft)
                 continue
             log_p, last = score_block(s, block)  # step 2
             n = accepted_length(log_p, log_q, k, self.threshold)  # step 3
-            if length is not None:
-                length.record(k, n)
+            plan.record(k, n)
             p_next = last[rows, n]  # (batch, vocab)
-            new_token = p_next.argmax(-1) if greedy else draw(p_next, s.random, s.active)  # step 4
+            new_token = p_next.argmax(-1) if s.sampler.greedy else draw(p_next, s.random, s.active)  # step 4
             accepted = torch.arange(block.shape[1], device=s.device) < n[:, None]
             ratio = ((log_p - log_q) * accepted).sum(1)  # log P/Q of the accepted prefix
             yield commit(s, draft, path, block, n, new_token, k, log_ratio=ratio)  # step 5
 
 
 def beam_draft(
-    s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int, length: DraftLength | None = None
+    s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int, plan: ChainPlan
 ) -> tuple[Int[Tensor, "batch k"], Float[Tensor, "batch k"], Int[Tensor, "batch k"], Int[Tensor, " batch"]]:
     """Step 1: beam sampling (beam search when greedy) over the draft's joint distribution, per row.
 
-    With a `length` rule a row stops at the depth where the heaviest beam's newest token is too
-    unsure to pay for another depth (`mtdecode.policy.rule`; q's probabilities only), at most k[b].
+    The `plan` may stop a row at a depth below k[b] (the adaptive policy: where the heaviest beam's newest token is
+    too unsure to pay for another depth; q's probabilities only).
 
     **Returns:**
 
     Each row's heaviest beam after its k[b] tokens (padded with -1 to the widest row), their
     per-token log q, the draft-cache nodes of the beam's first k[b] - 1 tokens (the last token
-    was never fed; -1 pads), and k itself (smaller where the rule stopped a row).
+    was never fed; -1 pads), and k itself (smaller where the plan stopped a row).
     """
-    if length is not None:
-        k = torch.where(length.start(possible=k > 0, unread=[len(row) for row in s.unread(draft)]), k, 0)
+    k = torch.where(plan.first(k > 0, [len(row) for row in s.unread(draft)]), k, 0)
     batch, depth = s.batch, int(k.max())
     block = torch.full((batch, depth), -1, dtype=torch.long, device=s.device)
     block_log_q = torch.zeros(batch, depth, dtype=torch.float64, device=s.device)
@@ -161,8 +136,8 @@ def beam_draft(
     for d in range(1, depth + 1):
         best = log_q.sum(2).argmax(1)  # (batch,): the first of the heaviest
         rows = torch.arange(batch, device=s.device)
-        if length is not None:  # stop where the heaviest beam's newest token is unsure (q only)
-            k = torch.where((k > d) & ~length.more(log_q[rows, best, -1].exp(), rows=k > d), d, k)
+        going = plan.more(k > d, partial(newest_q, log_q, best))  # q's confidence in the heaviest beam, if weighed
+        k = torch.where((k > d) & ~going, d, k)
         done = k == d  # rows whose block ends here: keep their heaviest beam
         block[done, :d] = tokens[rows, best][done]
         block_log_q[done, :d] = log_q[rows, best][done]
@@ -189,6 +164,11 @@ def beam_draft(
         nodes = torch.cat([nodes[beam_rows, beam], new_nodes[beam_rows, beam][:, :, None]], dim=2)
     width_used = int(k.max())
     return block[:, :width_used], block_log_q[:, :width_used], path[:, :width_used], k
+
+
+def newest_q(log_q: Float[Tensor, "batch beam depth"], best: Int[Tensor, " batch"]) -> Float[Tensor, " batch"]:
+    """q of the newest token of each row's `best` beam: the draft's confidence that a policy may weigh."""
+    return log_q[torch.arange(log_q.shape[0], device=log_q.device), best, -1].exp()
 
 
 def choose(

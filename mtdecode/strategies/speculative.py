@@ -14,14 +14,10 @@ Per step, with x0 the newest committed token and k guesses:
              if all k were kept, draw a bonus token from p_{k+1}          (lines 7-10)
 5. commit:   the accepted guesses and the new token; roll both caches back to them.
 
-How many guesses: by default each row drafts until the draft is unsure (`mtdecode.policy.rule`):
-another guess is drawn while its expected tokens per added cost, judged from q's confidence
-and the costs measured on this host, beat the step's rate so far; at most `max_draft_tokens`.
-The rule never looks at p, so the output stays exactly p (or greedy). `num_draft_tokens=k`
-fixes k instead, as in the paper. `result.stats.choices` says how many guesses the rule drafted
-per step and how many row steps drafted nothing because a first guess did not pay
-(`drafting_choice`); when no row step drafted at all for that reason, the run decoded greedily
-and `generate` warns (`GreedyFallbackWarning`).
+How many guesses: `num_draft_tokens=k` fixes k, as in the paper (`mtdecode.policy.Fixed`). By default the
+policy decides (`mtdecode.policy.Adaptive`): each row drafts until the draft is unsure, at most
+`max_draft_tokens`. The policy reads q and earlier steps only, never this step's p, so the output stays exactly p
+(or greedy) whatever it chooses.
 
 In a batch every row runs these steps on its own: its own k (fewer near the end of its
 budget), its own guesses and draws, its own number of accepted guesses.
@@ -37,16 +33,15 @@ random stream alike.
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from transformers import PreTrainedModel
 
-from mtdecode import tuning
-from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.model import CausalLM, Runner
 from mtdecode.plain import prefill, sample_next
-from mtdecode.policy.report import rule_choice
-from mtdecode.policy.rule import DraftLength
+from mtdecode.policy import Adaptive, Fixed, fixed_or
+from mtdecode.policy.plans import ChainPlan
 from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.strategy import check_counts
@@ -62,66 +57,45 @@ class Speculative:
 
     - `draft`: the draft model q (a transformers causal LM or a `CausalLM`); it must share
       the target's vocabulary and device.
-    - `num_draft_tokens`: a fixed number of guesses per step (k >= 1); None (the default): each
-      row drafts until the draft is unsure (`mtdecode.policy.rule`), at most `max_draft_tokens`.
-    - `max_draft_tokens`: the most guesses per step when k is not fixed.
-    - `costs`: what the stopping rule weighs: `BatchCosts` to weigh the batch's goodput (a batch's
-      rows draft together, as many guesses as pay for the whole batch; its first drafting step is a
-      one-guess try that must pay for the draft's reading of the prompts), or one row's `DraftCosts`
-      to weigh each row alone (a row then decodes exactly as its prompt alone); None: the batch's,
-      measured on this host (`mtdecode.tuning.batch_draft_costs`) once, and kept on disk, so that
-      every process weighs the same numbers and a seeded run repeats. Pass them to make a seeded
-      run repeat on another host as well.
-    - `acceptance`: the rule's prior chance that a first guess is accepted, before the run has verified any; None:
-      the draft's, measured once on this host and kept on disk (`mtdecode.tuning.draft_acceptance`). Pass it
-      with `costs` to make a seeded run repeat on another host.
+    - `num_draft_tokens`: k, the guesses per step (at least 1), as in the paper; None (the default): as many as
+      `policy` decides.
+    - `max_draft_tokens`: the most guesses per step when `policy` decides.
+    - `policy`: how many guesses to draft when k is not given (`mtdecode.policy`): `Adaptive()` by default, which
+      weighs costs and acceptance measured on this host; `Adaptive(costs, acceptance)` weighs the numbers given,
+      which makes a seeded run repeat on another host.
     """
 
     draft: CausalLM | PreTrainedModel
     num_draft_tokens: int | None = None
     max_draft_tokens: int = 20
-    costs: DraftCosts | BatchCosts | None = None
-    acceptance: float | None = None
+    policy: Adaptive | Fixed = Adaptive()
 
     def __post_init__(self) -> None:
         check_counts(self, ("num_draft_tokens", "max_draft_tokens"), optional=["num_draft_tokens"])
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
         draft = s.draft_runner(self.draft)
-        length = None
-        if self.num_draft_tokens is None:
-            costs = self.costs or tuning.batch_draft_costs(s.target.model, draft.model, s.batch)
-            prior = self.acceptance
-            prior = tuning.draft_acceptance(s.target.model, draft.model) if prior is None else prior
-            # in a batch, the draft's first read of the prompts bets on an acceptance not yet seen: only a try makes it
-            length = DraftLength(
-                costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior, wait_first=True
-            )
-            s.record_choice(lambda: rule_choice("Speculative", length, s.steps))
+        plan = fixed_or(self.num_draft_tokens, self.policy).chain(s, draft, most=self.max_draft_tokens,
+                                                                   name="Speculative")  # fmt: skip
         while not s.done:
-            k = s.budget(self.num_draft_tokens or self.max_draft_tokens)  # the step adds one token of its own
-            # the batch rests on, weighing the draft's catch-up when it drafts again as `start` does
-            resting = length is not None and length.idle_before_catch_up(list(map(len, s.unread(draft))), rows=k > 0)
-            if resting:
-                length.rest(k > 0)
+            k = s.budget(plan.most)  # (batch,): the step adds one token of its own
+            if plan.rests(k > 0, list(map(len, s.unread(draft)))):
                 yield plain_step(s, draft)
                 continue
-            guesses, q, k = draft_tokens(s, draft, k, length)
+            guesses, q, k = draft_tokens(s, draft, k, plan)  # lines 1-3
             if guesses.shape[1] == 0:  # no row drafted
-                if length is not None:
-                    length.record(k, torch.zeros_like(k))
+                plan.record(k, torch.zeros_like(k))
                 yield plain_step(s, draft)
                 continue
-            logits = verify(s, guesses)
+            logits = verify(s, guesses)  # line 4
             if q is None:  # temperature 0: lines 5-10 on the argmaxes
                 accepted, new_token = judge_greedy(logits.argmax(-1), guesses, k, s.random, s.active)
             else:
                 p = s.sampler.probs(logits)
-                accepted = accept(guesses, p, q, k, s.random, s.active)
-                new_token = correct(p, q, accepted, k, s.random, s.active)
-            if length is not None:
-                length.record(k, accepted)
-            yield commit(s, draft, guesses, accepted, new_token, k)
+                accepted = accept(guesses, p, q, k, s.random, s.active)  # lines 5-6
+                new_token = correct(p, q, accepted, k, s.random, s.active)  # lines 7-10
+            plan.record(k, accepted)
+            yield commit(s, draft, guesses, accepted, new_token, k)  # line 11
 
 
 def plain_step(s: Session, draft: Runner) -> list[Step]:
@@ -133,20 +107,18 @@ def plain_step(s: Session, draft: Runner) -> list[Step]:
 
 
 def draft_tokens(
-    s: Session, draft: Runner, k: Int[Tensor, " batch"], length: DraftLength | None = None
+    s: Session, draft: Runner, k: Int[Tensor, " batch"], plan: ChainPlan
 ) -> tuple[Int[Tensor, "batch guesses"], Float[Tensor, "batch guesses vocab"] | None, Int[Tensor, " batch"]]:
     """Algorithm 1, lines 1-3: up to k[b] guesses per row from q, one draft forward each; also q_1..q_k
     (None at temperature 0, where each guess is the draft's argmax), and how many guesses each row drew
-    (k[b], or fewer where `length` stopped the row).
+    (k[b], or fewer where the `plan` stopped the row).
 
     Every row feeds the widest row's number of tokens; a row that has stopped draws nothing more
     (its later columns are never used).
     """
     guesses, q_rows = [], []
-    going = s.active & (k > 0)
     feed = s.unread(draft)  # ragged at first (prompts), then each row's x0
-    if length is not None:
-        going &= length.start(possible=going, unread=[len(row) for row in feed])
+    going = plan.first(s.active & (k > 0), [len(row) for row in feed])
     drafted = torch.zeros_like(k)
     while bool(going.any()):
         logits = draft.extend(feed, logits_to_keep=1)[:, -1]  # (batch, vocab)
@@ -157,16 +129,21 @@ def draft_tokens(
             q_rows.append(s.sampler.probs(logits))  # q_i
             d_i = draw(q_rows[-1], s.random, rows=going)  # (batch,)
         drafted += going.long()
-        going &= drafted < k
-        if length is not None:  # the stopping rule reads q only (at temperature 0, the draft's softmax)
-            judged = torch.softmax(logits.double(), dim=-1) if s.sampler.greedy else q_rows[-1]
-            going &= length.more(judged.gather(1, d_i[:, None])[:, 0], rows=going)
+        going = plan.more(going & (drafted < k), partial(confidence, s, logits, q_rows, d_i))  # asked if weighed
         feed = d_i[:, None]
         guesses.append(d_i)
     q = torch.stack(q_rows, dim=1) if q_rows else None  # None at temperature 0, or when no row drafted
     if not guesses:
         return torch.empty(s.batch, 0, dtype=torch.long, device=s.device), q, drafted
     return torch.stack(guesses, dim=1), q, drafted
+
+
+def confidence(
+    s: Session, logits: Float[Tensor, "batch vocab"], q: list[Float[Tensor, "batch vocab"]], d: Int[Tensor, " batch"]
+) -> Float[Tensor, " batch"]:
+    """q's probability of each row's newest guess (at temperature 0, the draft's softmax): what a policy may weigh."""
+    judged = torch.softmax(logits.double(), dim=-1) if s.sampler.greedy else q[-1]
+    return judged.gather(1, d[:, None])[:, 0]
 
 
 def verify(s: Session, guesses: Int[Tensor, "batch guesses"]) -> Float[Tensor, "batch guesses_plus_1 vocab"]:

@@ -1,0 +1,52 @@
+"""The paper's own setting: k guesses every step, as given, nothing measured."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mtdecode.model import Runner
+from mtdecode.session import Session
+from mtdecode.strategy import check_counts
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """Draft and verify `k` guesses every step (fewer where a row's budget ends), never rest.
+
+    It keeps nothing from step to step, so it is its own plan for every kind of guess, and a run with it makes the
+    same forwards on any host and on every rank.
+    """
+
+    k: int
+
+    @property
+    def most(self) -> int:
+        """The most guesses of a step: k."""
+        return self.k
+
+    def __post_init__(self) -> None:
+        check_counts(self, ("k",))
+
+    # ------------------------------------------------------------------ the plans of a run (`mtdecode.policy`)
+
+    def chain(self, s: Session, draft: Runner, *, most: int, name: str, drafting: str = "") -> "Fixed":
+        return self
+
+    def beams(self, s: Session, draft: Runner, *, width: int, most: int) -> "Fixed":
+        return self
+
+    # ------------------------------------------------------------------ a chain's fixed points
+
+    def rests(self, rows: Bool[Tensor, " batch"], unread: list[int]) -> bool:
+        return False
+
+    def first(self, rows: Bool[Tensor, " batch"], unread: list[int]) -> Bool[Tensor, " batch"]:
+        return rows
+
+    def more(
+        self, rows: Bool[Tensor, " batch"], confidence: Callable[[], Float[Tensor, " batch"]]
+    ) -> Bool[Tensor, " batch"]:
+        return rows
+
+    def record(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
+        pass
