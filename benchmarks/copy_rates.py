@@ -1,5 +1,5 @@
 """How often a copied token holds after a run of L agreeing tokens: the rates behind prompt lookup's prior
-(`mtdecode.copying.SUITE_RATES`).
+(`mtdecode.policy.records.SUITE_RATES`).
 
 Greedy answers (64 new tokens) to every prompt of the benchmark suite; at every position of an answer, the copy
 that prompt lookup would make there (`lookup_matched`, n-gram 3, up to 10 tokens) is walked along greedy's next

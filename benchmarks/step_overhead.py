@@ -51,8 +51,8 @@ def main() -> None:
         warnings.simplefilter("ignore", mtdecode.GreedyFallbackWarning)  # decoding greedily is the point here
         strategies = {
             "autoregressive": Autoregressive(),
-            "jacobi": Jacobi(costs=NEVER, acceptance=0.0),
-            "prompt_lookup": PromptLookup(costs=NEVER),
+            "jacobi": Jacobi(policy=Adaptive(costs=NEVER, acceptance=0.0)),
+            "prompt_lookup": PromptLookup(policy=Adaptive(costs=NEVER)),
             "speculative": Speculative(draft, policy=Adaptive(costs=NEVER, acceptance=0.0)),
             "mtad": MTAD(draft, policy=Adaptive(costs=NEVER, acceptance=0.0)),
         }

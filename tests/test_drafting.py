@@ -337,7 +337,7 @@ def test_prompt_lookup_with_the_rule_equals_greedy(prompt, max_new_tokens, curve
     from mtdecode.strategies import PromptLookup
 
     target, _ = pair()
-    strategy = PromptLookup(costs=DraftCosts(draft=0.0, target=[1.0, *curve]))
+    strategy = PromptLookup(policy=Adaptive(costs=DraftCosts(draft=0.0, target=[1.0, *curve])))
     result = assert_greedy_parity(target, prompt, strategy, max_new_tokens=max_new_tokens)
     assert all(step.drafted <= 10 for step in result.steps)
 
@@ -349,8 +349,8 @@ def test_prompt_lookup_copies_less_where_copies_are_rejected():
 
     target, _ = pair()
     prompt = [3, 1, 4, 1, 5, 9, 2, 6] * 3
-    flat = PromptLookup(costs=DraftCosts(draft=0.0, target=[1.0] * 12))
-    steep = PromptLookup(costs=DraftCosts(draft=0.0, target=[1 + 0.4 * n for n in range(12)]))
+    flat = PromptLookup(policy=Adaptive(costs=DraftCosts(draft=0.0, target=[1.0] * 12)))
+    steep = PromptLookup(policy=Adaptive(costs=DraftCosts(draft=0.0, target=[1 + 0.4 * n for n in range(12)])))
     wide = mtdecode.generate(target, prompt, flat, max_new_tokens=30).steps
     narrow = mtdecode.generate(target, prompt, steep, max_new_tokens=30).steps
     fixed = mtdecode.generate(target, prompt, PromptLookup(3, 10), max_new_tokens=30).steps
@@ -364,7 +364,8 @@ def test_a_copied_tokens_chance_after_a_run_is_the_rate_of_that_runs_length():
     before it in its copy were all accepted. Row 0's copy followed a 1-token match, row 1's a 4-token one; the prior
     after a run of L is L / (L + 2), worth two tokens; runs of 4 or more share a rate. A longer run's chance is never
     below a shorter one's within a copy (a copy that held so far holds on at least as often)."""
-    from mtdecode.copying import CopyRecord, lookup_matched
+    from mtdecode.copying import lookup_matched
+    from mtdecode.policy.records import CopyRecord
 
     assert lookup_matched([7, 1, 2, 3, 9, 8, 1, 2, 3], ngram=3, k=2) == ([9, 8], 3)  # 7 and 8 differ: 3 agree
     assert lookup_matched([5, 1, 2, 3, 9, 5, 1, 2, 3], ngram=3, k=2) == ([9, 5], 4)  # the 5s agree too
@@ -388,7 +389,7 @@ def test_a_copied_tokens_chance_after_a_run_is_the_rate_of_that_runs_length():
 def test_a_copy_records_prior_can_be_rates_measured_by_run():
     """`CopyRecord(rates=...)`: the prior after a run of L is `rates[L - 1]`, runs longer than the table take its
     last, and the record weighs in as with L / (L + 2); a rate of 0 or 1, or an empty table, is refused."""
-    from mtdecode.copying import CopyRecord
+    from mtdecode.policy.records import CopyRecord
 
     record = CopyRecord(batch=2, rates=(0.2, 0.5, 0.7))
     assert record.chances(4, [1, 2]).flatten().tolist() == pytest.approx([0.2, 0.5, 0.7, 0.7, 0.5, 0.7, 0.7, 0.7])
@@ -405,7 +406,7 @@ def test_prompt_lookups_prior_is_the_suites_counts_with_falling_rates_pooled():
     import importlib.util
     from pathlib import Path
 
-    from mtdecode.copying import SUITE_RATES
+    from mtdecode.policy.records import SUITE_RATES
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "copy_rates.py"
     spec = importlib.util.spec_from_file_location("copy_rates", path)

@@ -174,8 +174,8 @@ def test_the_copy_is_read_by_the_run_that_matched_as_prompt_lookup_reads_it():
     them agree with an earlier place (a run of 4). Before any record, a copy's first token holds with the prior
     L / (L + 2) of the run L before it: 1/3 and 2/3, as prompt lookup reads its copies (by place in the copy, both
     were 1/2)."""
-    from mtdecode.copying import CopyRecord
     from mtdecode.model import CausalLM
+    from mtdecode.policy.records import CopyRecord
     from mtdecode.sampling import RowRandom
     from mtdecode.session import Session
     from mtdecode.strategies.eagle import find_copies

@@ -88,10 +88,10 @@ def together(rows: int, draft: float, slope: float) -> BatchCosts:
 
 RULED = {  # every strategy with a rule, given batch costs
     "speculative": lambda costs: Speculative(pair()[1], policy=Adaptive(costs=costs)),
-    "prompt_lookup": lambda costs: PromptLookup(costs=costs),
+    "prompt_lookup": lambda costs: PromptLookup(policy=Adaptive(costs=costs)),
     "mtad": lambda costs: MTAD(pair()[1], beam_width=2, policy=Adaptive(costs=costs)),
     "eagle": lambda costs: Eagle(head(), depth=3, width=3, costs=costs, depth_cost=0.05, read_cost=0.05),
-    "jacobi": lambda costs: Jacobi(costs=costs),
+    "jacobi": lambda costs: Jacobi(policy=Adaptive(costs=costs)),
 }
 
 
@@ -294,7 +294,7 @@ def test_a_resting_batch_rests_on_without_weighing_and_chooses_as_if_it_had(name
         "mtad": lambda: MTAD(
             tiny_model("llama", vocab_size=VOCAB, seed=9), beam_width=2, policy=Adaptive(costs=costs, acceptance=0.5)
         ),
-        "jacobi": lambda: Jacobi(costs=costs, acceptance=0.5),
+        "jacobi": lambda: Jacobi(policy=Adaptive(costs=costs, acceptance=0.5)),
     }[name]
 
     def run() -> tuple:
@@ -352,12 +352,12 @@ def test_prompt_lookups_batch_that_stays_plans_as_if_it_weighed_every_step(monke
     copies' chances (`CopyRecord.chances`) give every step, every choice and every token of a run that weighs them
     at every step, and they spare more than a quarter of the weighings."""
     target = pair()[0]
-    strategy = PromptLookup(costs=together(4, 0.0, 0.2))
+    strategy = PromptLookup(policy=Adaptive(costs=together(4, 0.0, 0.2)))
 
     def run() -> tuple:
         weighed = {"chances": 0}
         with monkeypatch.context() as m:
-            count_calls(m, mtdecode.copying.CopyRecord, "chances", weighed, "chances")
+            count_calls(m, mtdecode.policy.records.CopyRecord, "chances", weighed, "chances")
             result = mtdecode.generate(target, RAGGED, strategy, max_new_tokens=40, pad_token_id=0)
         return result, weighed["chances"]
 
@@ -819,9 +819,9 @@ def test_jacobi_verifies_the_guesses_that_pay_and_moves_the_others_on():
 
     target = pair()[0]
     prompts = [[1, 2, 3], [9, 8, 7, 6, 5], [4], [2, 2, 2, 2]]
-    steep = mtdecode.generate(target, prompts, Jacobi(costs=together(4, 0.0, 3.0)), max_new_tokens=20)
+    steep = mtdecode.generate(target, prompts, Jacobi(policy=Adaptive(costs=together(4, 0.0, 3.0))), max_new_tokens=20)
     assert not any(s.drafted for s in steep.steps) and steep.stats.choices[0].greedy
-    flat = mtdecode.generate(target, prompts, Jacobi(costs=together(4, 0.0, 0.0)), max_new_tokens=20)
+    flat = mtdecode.generate(target, prompts, Jacobi(policy=Adaptive(costs=together(4, 0.0, 0.0))), max_new_tokens=20)
     assert sum(s.drafted > 0 for s in flat.steps_of(0)) > len(flat.steps_of(0)) / 2
     for result in (steep, flat):
         assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 20) for p in prompts]
@@ -832,7 +832,7 @@ def test_jacobis_later_places_start_from_the_place_before():
     """`PlaceRecord`: the first place starts from an even chance, each later one from the estimate of the place
     before it, so a block whose first guess failed 10 times in 10 is not kept worth verifying by its later places'
     short records (an even chance each would give them 1/2 where the first place has 1/12)."""
-    from mtdecode.strategies.jacobi import PlaceRecord
+    from mtdecode.policy.records import PlaceRecord
 
     record = PlaceRecord(1, 3)
     for _ in range(10):
@@ -860,22 +860,26 @@ def test_jacobis_first_place_starts_from_the_models_measured_acceptance(tmp_path
         steps = mtdecode.generate(target, text, Jacobi(block=1), max_new_tokens=16).steps
         theirs = [step.accepted > 0 for step in steps if step.drafted]
         assert tuning.jacobi_guesses(mtdecode.CausalLM(target), text, guess, 16)[: len(theirs)] == theirs
-    runs = {a: mtdecode.generate(target, [1, 2, 3], Jacobi(costs=linear(0.0, 0.05), acceptance=a), max_new_tokens=12)
-            for a in (0.5, 0.02)}  # fmt: skip
+    runs = {
+        a: mtdecode.generate(
+            target, [1, 2, 3], Jacobi(policy=Adaptive(costs=linear(0.0, 0.05), acceptance=a)), max_new_tokens=12
+        )
+        for a in (0.5, 0.02)
+    }
     assert runs[0.5].steps[0].drafted > 0
     assert not any(step.drafted for step in runs[0.02].steps[:PATIENCE])
     for run in runs.values():
         assert run.row(0) == greedy_tokens(target, [1, 2, 3], 12)
     for nonsense in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="acceptance"):
-            Jacobi(acceptance=nonsense)
+            Jacobi(policy=Adaptive(acceptance=nonsense))
 
 
 def test_lookaheads_candidates_of_every_rank_are_expected_to_bring_one_candidate_at_most():
     """`CandidateRecord` before any step: a step accepts one candidate at most, so verifying g of them is expected to
     bring 1 + (1 - 2^-g) tokens (ranks' priors 1/2, 1/4, ...; one token per accepted candidate), never 2 or more (an
     even chance for each rank would expect 1 + g/2)."""
-    from mtdecode.strategies.lookahead import CandidateRecord
+    from mtdecode.policy.records import CandidateRecord
 
     expected = CandidateRecord(2, 7).expected(7)
     assert expected[0].tolist() == pytest.approx([2 - 0.5**g for g in range(8)])
@@ -885,7 +889,7 @@ def test_lookaheads_candidates_of_every_rank_are_expected_to_bring_one_candidate
 def test_lookaheads_candidate_record_is_kept_until_a_step_verifies_candidates():
     """`CandidateRecord.expected` is kept by width while steps verify no candidate (most steps on chat), and worked out
     afresh after one that did: row 0's second candidate brought 2 tokens, row 1's first was rejected."""
-    from mtdecode.strategies.lookahead import CandidateRecord
+    from mtdecode.policy.records import CandidateRecord
 
     record = CandidateRecord(2, 3)
     before = record.expected(3)
@@ -912,12 +916,14 @@ def test_a_drafts_acceptance_is_measured_once_on_the_targets_own_text(tmp_path, 
 def test_prompt_lookup_starts_its_copies_record_from_the_suites_rates(monkeypatch):
     """Prompt lookup's rule makes one `CopyRecord` per run, and it starts from `SUITE_RATES`."""
     made = []
-    init = mtdecode.copying.CopyRecord.__init__
+    init = mtdecode.policy.records.CopyRecord.__init__
 
     def spy(self, batch, rates=None):
         made.append(rates)
         init(self, batch, rates)
 
-    monkeypatch.setattr(mtdecode.copying.CopyRecord, "__init__", spy)
-    mtdecode.generate(pair()[0], RAGGED, PromptLookup(costs=together(4, 0.0, 0.2)), max_new_tokens=4, pad_token_id=0)
-    assert made == [mtdecode.copying.SUITE_RATES]
+    monkeypatch.setattr(mtdecode.policy.records.CopyRecord, "__init__", spy)
+    mtdecode.generate(
+        pair()[0], RAGGED, PromptLookup(policy=Adaptive(costs=together(4, 0.0, 0.2))), max_new_tokens=4, pad_token_id=0
+    )
+    assert made == [mtdecode.policy.records.SUITE_RATES]

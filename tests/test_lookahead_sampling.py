@@ -19,6 +19,7 @@ import pytest
 import mtdecode
 from mtdecode import Sampler, tuning, verification
 from mtdecode.costs import DraftCosts
+from mtdecode.policy import Adaptive
 from mtdecode.strategies import Lookahead, PromptLookup
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import check_distribution
@@ -65,7 +66,7 @@ def test_prompt_lookup_sampling_with_the_rule_matches_autoregressive():
     second step depending on the first step's outcome (checked first), and the law is still p. (Copied tokens are
     not drawn: whether a step verifies one or not, its output at that position is p, so even a rule that read p
     could not bias the law; what this guards is the bookkeeping of steps of varying widths.)"""
-    strategy = PromptLookup(ngram=2, costs=DraftCosts(draft=0.0, target=[1.0, 1.2, 1.05, 1.4]))
+    strategy = PromptLookup(ngram=2, policy=Adaptive(costs=DraftCosts(draft=0.0, target=[1.0, 1.2, 1.05, 1.4])))
     runs = mtdecode.generate(target(), [LOOKUP_PROMPT] * 200, strategy, max_new_tokens=3, temperature=1.0, seed=0)
     second = {runs.steps_of(b)[1].drafted for b in range(200) if len(runs.steps_of(b)) > 1}
     assert len(second) > 1, second
@@ -103,6 +104,6 @@ def test_the_test_rejects_a_wrong_verifier(which, monkeypatch):
         fix_costs(monkeypatch)
         result = check(Lookahead(2, 3, None, prompt_pool=True), LOOKAHEAD_PROMPT, SETTINGS["plain"])
     else:
-        strategy = PromptLookup(ngram=2, costs=DraftCosts(draft=0.0, target=[1.0, 1.2, 1.05, 1.4]))
+        strategy = PromptLookup(ngram=2, policy=Adaptive(costs=DraftCosts(draft=0.0, target=[1.0, 1.2, 1.05, 1.4])))
         result = check(strategy, LOOKUP_PROMPT, SETTINGS["plain"])
     assert not result.passed, f"the keep_rejected mutant went unnoticed: {result}"

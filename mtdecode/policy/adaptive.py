@@ -9,11 +9,14 @@ not given: `mtdecode.tuning`). Each kind of guess gets its plan for a run from i
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from mtdecode import tuning
 from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.model import Runner
-from mtdecode.policy.report import rule_choice
-from mtdecode.policy.rule import DraftLength
+from mtdecode.policy.records import SUITE_RATES, CopyRecord, PlaceRecord
+from mtdecode.policy.report import block_choice, copy_choice, rule_choice
+from mtdecode.policy.rule import DraftLength, expected_tokens
 from mtdecode.session import Session
 from mtdecode.strategy import check_chance
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
@@ -55,6 +58,17 @@ class Adaptive:
             costs = tuning.batch_draft_costs(s.target.model, draft.model, s.batch, draft_cost=depth)
         return Chain(s, costs, self.prior(s, draft), most, "MTAD", "a depth of the beams")
 
+    def copies(self, s: Session, *, most: int) -> "Copies":
+        """Prompt lookup's copies: a copied token costs no draft, only its place in the target's forward."""
+        return Copies(s, self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch), most)
+
+    def block(self, s: Session, *, most: int) -> "Block":
+        """Jacobi's block of `most` guesses: a guess costs its place in the target's forward; the prior is the
+        model's own acceptance of its first guesses, measured once on this host (`tuning.jacobi_acceptance`)."""
+        costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch, longest=most + 1)
+        prior = tuning.jacobi_acceptance(s.target.model) if self.acceptance is None else self.acceptance
+        return Block(s, costs, prior, most)
+
     def prior(self, s: Session, draft: Runner) -> float:
         """The prior acceptance: as given, else the draft's, measured once on this host."""
         return tuning.draft_acceptance(s.target.model, draft.model) if self.acceptance is None else self.acceptance
@@ -94,3 +108,62 @@ class Chain:
     def record(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
         """After verifying: each row drafted `drafted` guesses and kept `accepted`."""
         self.rule.record(drafted, accepted)
+
+
+class Copies:
+    """A run's plan for prompt lookup's copies: how many of each row's copied tokens to verify, from how often the
+    row's copied tokens held after runs of agreeing tokens as long (`CopyRecord`, starting from the rates measured
+    over greedy's answers to the benchmark suite), weighed against the forward's cost for them."""
+
+    def __init__(self, s: Session, costs: DraftCosts | BatchCosts, most: int) -> None:
+        self.most = most
+        self.rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
+        self.copies = CopyRecord(s.batch, SUITE_RATES)
+        s.record_choice(lambda: copy_choice("PromptLookup", self.rule, s.steps))  # for `Stats.choices`
+
+    def verify(self, copied: list[list[int]], matched: list[int], rows: Bool[Tensor, " batch"]) -> list[list[int]]:
+        """The prefix of each row's copy to verify (`DraftLength.plan_expected`), each copied token counting with its
+        row's rate of acceptance after a run as long as the one before it (the copy followed `matched[b]` agreeing
+        tokens), known before anything is verified. Those rates are the row's record of acceptance already, so they
+        are not calibrated again as a draft's confidence is. `rows`: those still decoding."""
+        available = torch.tensor([len(row) for row in copied], device="cpu")  # (batch,)
+
+        def expected() -> Float[Tensor, "batch options"]:  # E(0..longest copy), where the rule weighs it
+            chances = self.copies.chances(max(map(len, copied), default=0), matched)  # (batch, longest copy)
+            return expected_tokens(chances.to(self.rule.hits.device).cumprod(1))
+
+        keep = self.rule.plan_expected(expected, available, rows).tolist()
+        return [row[:n] for row, n in zip(copied, keep, strict=True)]
+
+    def record(self, verified: list[list[int]], matched: list[int], accepted: Int[Tensor, " batch"]) -> None:
+        """After verifying the `verified` copies (which followed `matched` agreeing tokens): `accepted` held."""
+        drafted = torch.tensor([len(c) for c in verified], device="cpu")
+        self.rule.record(drafted.to(accepted.device), accepted)
+        self.copies.add(drafted, accepted.cpu(), matched)
+
+
+class Block:
+    """A run's plan for Jacobi's block of guesses: how many to verify, judging each place of the block by how often
+    guesses there were accepted so far (`PlaceRecord`, starting from how often the model's first guesses are
+    accepted), and whether the batch rests."""
+
+    def __init__(self, s: Session, costs: DraftCosts | BatchCosts, prior: float, most: int) -> None:
+        self.most = most
+        self.rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior)
+        self.places = PlaceRecord(s.batch, most, pooled=self.rule.together, first=prior)
+        self.resting = False
+        s.record_choice(lambda: block_choice(self.rule, s.steps))  # for `Stats.choices`
+
+    def verify(self, available: Int[Tensor, " batch"], rows: Bool[Tensor, " batch"]) -> Int[Tensor, " batch"]:
+        """How many of its first `available[b]` guesses row b verifies (0: a plain step; `rows`: those decoding)."""
+        self.resting = self.rule.idle(rows=available > 0)  # its record unchanged since it rested
+        if self.resting:
+            self.rule.rest(available > 0)  # (a finished row's budget is 0)
+            return torch.zeros_like(available)
+        return self.rule.plan(self.places.chances(self.most).to(available.device), available, rows)
+
+    def record(self, verified: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
+        """After verifying: row b verified `verified[b]` guesses and kept `accepted[b]`."""
+        if not self.resting:
+            self.rule.record(verified, accepted)
+            self.places.add(verified.cpu(), accepted.cpu())

@@ -2,11 +2,15 @@
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from mtdecode.model import Runner
 from mtdecode.session import Session
 from mtdecode.strategy import check_counts
-from mtdecode.tensor_types import Bool, Float, Int, Tensor
+from mtdecode.tensor_types import Bool, Float, Tensor
+
+#: what a step found to verify: copies (lists of tokens per row) or counts of guesses per row
+Found = TypeVar("Found")
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,13 @@ class Fixed:
     def beams(self, s: Session, draft: Runner, *, width: int, most: int) -> "Fixed":
         return self
 
-    # ------------------------------------------------------------------ a chain's fixed points
+    def copies(self, s: Session, *, most: int) -> "Fixed":
+        return self
+
+    def block(self, s: Session, *, most: int) -> "Fixed":
+        return self
+
+    # ------------------------------------------------------------------ the plans' fixed points
 
     def rests(self, rows: Bool[Tensor, " batch"], unread: list[int]) -> bool:
         return False
@@ -48,5 +58,9 @@ class Fixed:
     ) -> Bool[Tensor, " batch"]:
         return rows
 
-    def record(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
-        pass
+    def verify(self, available: Found, *facts: object) -> Found:
+        """Verify everything found (copies, guesses: each row's own, within its budget)."""
+        return available
+
+    def record(self, *outcome: object) -> None:
+        """Nothing to learn."""

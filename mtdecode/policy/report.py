@@ -52,3 +52,27 @@ def rule_choice(name: str, length: DraftLength, steps: list[Step], *, drafting: 
         )
     fix = f"{name}(draft, num_draft_tokens=k) drafts k guesses every step"
     return drafting_choice(name, length, steps, guesses="guesses", pays=pays, fix=fix)
+
+
+def copy_choice(name: str, length: DraftLength, steps: list[Step]) -> Choice:
+    """What the rule chose over the run (`Stats.choices`), with its break-even: verifying a copy's first token pays
+    only while its chance of acceptance exceeds r (t(2) - t(1)), r the row's rate so far (`DraftLength.plan`)."""
+    added = length.costs.t(2) - length.costs.t(1)
+    pays = (
+        f"no prefix of the copy was expected to pay for its tokens in the forward (one more verified token costs "
+        f"{added:.2f} of a 1-token forward, weighed at the row's tokens per unit of cost so far)"
+    )
+    fix = f"{name}(num_draft_tokens=k) verifies up to k copied tokens every step"
+    return drafting_choice(name, length, steps, guesses="copied tokens", pays=pays, fix=fix)
+
+
+def block_choice(rule: DraftLength, steps: list[Step]) -> Choice:
+    """What the rule chose over the run (`Stats.choices`): how many guesses the steps verified, and how many row
+    steps verified none because none was expected to pay for its place in the forward."""
+    added = rule.costs.t(2) - rule.costs.t(1)
+    pays = (
+        f"no guess was expected to pay for its place in the forward (one more verified token costs {added:.2f} of a "
+        "1-token forward; by how often guesses at each place of the block were accepted so far)"
+    )
+    fix = "Jacobi(block=b) verifies b guesses every step"
+    return drafting_choice("Jacobi", rule, steps, guesses="guesses", pays=pays, fix=fix)

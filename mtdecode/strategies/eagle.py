@@ -66,9 +66,10 @@ import torch
 from einops import rearrange, repeat
 
 from mtdecode import masks, tuning
-from mtdecode.copying import CopyRecord, lookup_rows
+from mtdecode.copying import lookup_rows
 from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.model import CausalLM
+from mtdecode.policy.records import CopyRecord
 from mtdecode.policy.report import drafting_choice
 from mtdecode.policy.rule import DraftLength, expected_tokens
 from mtdecode.session import Choice, Session, Step

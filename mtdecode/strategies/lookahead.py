@@ -63,6 +63,7 @@ from mtdecode.copying import prompt_tokens
 from mtdecode.masks import LookaheadLayout
 from mtdecode.model import left_pad
 from mtdecode.plain import decode_plainly, prefill
+from mtdecode.policy.records import CandidateRecord
 from mtdecode.policy.report import drafting_choice
 from mtdecode.policy.rule import DraftLength
 from mtdecode.session import Choice, Session, Step
@@ -173,51 +174,6 @@ class NgramPool:
             return []
         cut = (rest[:length] for rest in reversed(self.table.get(key, ())))
         return [list(rest) for rest in dict.fromkeys(cut)]
-
-
-class CandidateRecord:
-    """How often this row's candidate of each rank (0: the pool's most recent) was the accepted one, and how many
-    tokens an accepted candidate brought, over the steps that verified it; one token, and for rank j a chance of
-    1 / 2^(j + 1) (two steps' worth), as priors.
-
-    The candidates of one step start with different tokens or share a prefix; a step accepts one of them at most,
-    so the expected tokens of verifying the first g are about 1 + L (h_0 + ... + h_{g-1}), with h_j the rank's
-    rate and L the tokens per accepted candidate. For the same reason the ranks' chances add up to at most 1, and
-    so do their priors: an even chance for each rank, as before, expected a row's first step that verified 7
-    candidates to gain 3.5 candidates' tokens."""
-
-    def __init__(self, batch: int, ranks: int) -> None:
-        self.hits = torch.zeros(batch, ranks, dtype=torch.float64, device="cpu")
-        self.tries = torch.zeros(batch, ranks, dtype=torch.float64, device="cpu")
-        self.tokens = torch.zeros(batch, dtype=torch.float64, device="cpu")  # tokens brought by accepted candidates
-        self.known: dict[int, Float[Tensor, "batch options"]] = {}  # `expected` by width, until the record changes
-
-    def expected(self, width: int) -> Float[Tensor, "batch options"]:
-        """E(0..width): expected tokens of a step that verifies the first g candidates, g = 0..width."""
-        if width not in self.known:
-            self.known[width] = self.estimate(width)
-        return self.known[width]
-
-    def estimate(self, width: int) -> Float[Tensor, "batch options"]:
-        """`expected`, worked out from the record."""
-        prior = 0.5 ** torch.arange(1, width + 1, dtype=torch.float64, device="cpu")  # (width,): 1/2, 1/4, ...
-        rate = (self.hits[:, :width] + 2 * prior) / (self.tries[:, :width] + 2)  # (batch, width)
-        per_hit = (self.tokens + 1) / (self.hits.sum(1) + 1)  # (batch,)
-        gain = torch.cat([rate.new_zeros(rate.shape[0], 1), rate.cumsum(1)], dim=1)  # (batch, width + 1)
-        return 1 + per_hit[:, None] * gain
-
-    def add(
-        self, tried: Int[Tensor, " batch"], candidate: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]
-    ) -> None:
-        """After verification: row b verified its first `tried[b]` candidates; `candidate[b]` brought `accepted[b]`."""
-        if not bool((tried > 0).any()):  # a step without candidates leaves the record as it was
-            return
-        rank = torch.arange(self.hits.shape[1], device="cpu")
-        hit = (accepted > 0) & (candidate >= 0)
-        self.tries += (rank < tried[:, None]).double()
-        self.hits += ((rank == candidate[:, None]) & hit[:, None]).double()
-        self.tokens += torch.where(hit, accepted, 0).double()
-        self.known.clear()
 
 
 def worth_trying(
