@@ -77,20 +77,20 @@ def test_lookahead_greedy_equals_autoregressive(family, prompt, w, n, g, prompt_
 @example(prompt=[0], w=1, n=4, curve=[1.0] * 4 + [2.0] * 4 + [3.0, 1.0], max_new_tokens=6)  # found by test-hosts
 def test_lookahead_with_its_candidate_rule_equals_greedy(prompt, w, n, curve, max_new_tokens):
     """G tuned: each step verifies the candidates the rule says pay, on any forward-cost curve (dips included)."""
-    from mtdecode.strategies import lookahead
+    from mtdecode.policy.adaptive import Candidates
 
     costs = dict(zip(tuning.SIZES, [1.0, *curve], strict=True))
     verified = []  # candidates each step verified
 
-    def counted(found, rule, record, rows):
-        kept = worth_trying(found, rule, record, rows)
+    def counted(plan, found, rows):
+        kept = worth_trying(plan, found, rows)
         verified.extend(len(row) for row in kept)
         return kept
 
-    worth_trying = lookahead.worth_trying
+    worth_trying = Candidates.verify
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: costs)
-        patch.setattr(lookahead, "worth_trying", counted)
+        patch.setattr(Candidates, "verify", counted)
         assert_greedy_parity(model(), prompt, Lookahead(w, n, None), max_new_tokens=max_new_tokens)
     assert all(count <= tuning.choose(costs, w, n, prompt_pool=True)[2] for count in verified)
 

@@ -78,16 +78,8 @@ def strategies(target, draft, costs):
         "prompt_lookup": PromptLookup(policy=Adaptive(costs=costs)),
         "jacobi": Jacobi(policy=Adaptive(costs=costs, acceptance=0.3)),
         "eagle": Eagle(head(target), depth=3, width=3, costs=costs, depth_cost=0.05, read_cost=0.05),
-        "lookahead": Lookahead(window=2, ngram=3, guesses=None),
+        "lookahead": Lookahead(window=2, ngram=3, guesses=None, policy=Adaptive(costs=costs)),
     }
-
-
-def candidate_costs(costs, rows: int, window: int = 2, ngram: int = 3, guesses: int = 4):
-    """Lookahead's step with 0..`guesses` candidates, priced on the curve of `costs` at `rows` rows."""
-    base = costs.at(rows) if isinstance(costs, BatchCosts) else costs
-    steps = [base.t((window + g) * (ngram - 1)) for g in range(guesses + 1)]
-    candidates = DraftCosts(draft=0.0, target=steps, overhead=base.overhead)
-    return BatchCosts({rows: candidates}, margin=costs.margin) if isinstance(costs, BatchCosts) else candidates
 
 
 PROMPT = [1, 2, 3, 1, 2, 3, 4]
@@ -108,11 +100,8 @@ def record() -> dict[str, dict[str, list[list[list[int]]]]]:
         out[setting] = {}
         rows = len(prompts) if isinstance(prompts[0], list) else 1
         for name, strategy in strategies(target, draft, costs).items():
-            with pytest.MonkeyPatch.context() as patch:  # lookahead's settings and candidate costs, fixed
+            with pytest.MonkeyPatch.context() as patch:  # lookahead's settings, fixed
                 patch.setattr(tuning, "lookahead_plan", lambda *a, **k: ((2, 3, 4), None))
-                patch.setattr(
-                    tuning, "candidate_costs", lambda *a, costs=costs, rows=rows, **k: candidate_costs(costs, rows)
-                )
                 result = mtdecode.generate(target, prompts, strategy, max_new_tokens=40, pad_token_id=0, **sampling)
             out[setting][name] = [
                 [[s.drafted, s.accepted, len(s.tokens)] for s in result.steps_of(b)] for b in range(rows)

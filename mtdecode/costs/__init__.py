@@ -89,3 +89,16 @@ class BatchCosts:
         target = [low.t(n) + (high.t(n) - low.t(n)) * weight for n in range(1, width + 1)]
         overhead = low.overhead + (high.overhead - low.overhead) * weight
         return DraftCosts(max(0.0, low.draft + (high.draft - low.draft) * weight), target, max(0.0, overhead))
+
+
+def candidate_costs(
+    curve: DraftCosts | BatchCosts, rows: int, window: int, ngram: int, guesses: int
+) -> DraftCosts | BatchCosts:
+    """What a lookahead step of `rows` rows costs with 0, 1, ..., `guesses` candidates verified, read off the forward
+    costs `curve` (`step(g)` is the forward over x0, the window's (W + g)(N - 1) - 1 other cells and g candidates of
+    N - 1 tokens, in every row; as `DraftCosts.target`, indexed by candidates), with the curve's overhead and
+    margin: a batch's (`BatchCosts`) from a batch's curve, one row's from one row's."""
+    base = curve.at(rows) if isinstance(curve, BatchCosts) else curve
+    steps = [base.t((window + g) * (ngram - 1)) for g in range(guesses + 1)]
+    candidates = DraftCosts(draft=0.0, target=steps, overhead=base.overhead)
+    return BatchCosts({rows: candidates}, margin=curve.margin) if isinstance(curve, BatchCosts) else candidates

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from mtdecode import tuning
-from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.costs import BatchCosts, DraftCosts, candidate_costs
 from mtdecode.model import Runner
-from mtdecode.policy.records import SUITE_RATES, CopyRecord, PlaceRecord
-from mtdecode.policy.report import block_choice, copy_choice, rule_choice
+from mtdecode.policy.records import SUITE_RATES, CandidateRecord, CopyRecord, PlaceRecord
+from mtdecode.policy.report import block_choice, candidate_choice, copy_choice, rule_choice
 from mtdecode.policy.rule import DraftLength, expected_tokens
 from mtdecode.session import Session
 from mtdecode.strategy import check_chance
@@ -68,6 +68,24 @@ class Adaptive:
         costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch, longest=most + 1)
         prior = tuning.jacobi_acceptance(s.target.model) if self.acceptance is None else self.acceptance
         return Block(s, costs, prior, most)
+
+    def lookahead(
+        self, s: Session, window: int | None, ngram: int | None, guesses: int | None, *, prompt_pool: bool
+    ) -> "Candidates":
+        """Lookahead's W, N and G: those given, the others chosen for this host's forward costs
+        (`tuning.lookahead_plan`); where G is chosen it is the most candidates a step verifies, and each step
+        verifies those that pay."""
+        settings, choice = tuning.lookahead_plan(
+            s.target.model, window, ngram, guesses, prompt_pool=prompt_pool, rows=s.batch
+        )
+        if choice is not None:  # what the tuning chose and why, for `Stats.choices`
+            s.record_choice(choice)
+        if settings is None or guesses is not None or settings[2] == 0:
+            return Candidates(s, settings, None)
+        w, n, g = settings
+        if self.costs is None:
+            return Candidates(s, settings, tuning.candidate_costs(s.target.model, w, n, g, rows=s.batch))
+        return Candidates(s, settings, candidate_costs(self.costs, s.batch, w, n, g))
 
     def prior(self, s: Session, draft: Runner) -> float:
         """The prior acceptance: as given, else the draft's, measured once on this host."""
@@ -167,3 +185,42 @@ class Block:
         if not self.resting:
             self.rule.record(verified, accepted)
             self.places.add(verified.cpu(), accepted.cpu())
+
+
+class Candidates:
+    """A run's plan for lookahead's candidates: W, N and G (chosen for this host where not given), and, where G was
+    chosen, how many of each row's candidates to verify (most recent first), from how often the row's candidates of
+    each rank were the accepted one and how many tokens they brought (`CandidateRecord`)."""
+
+    def __init__(
+        self, s: Session, settings: tuple[int, int, int] | None, costs: DraftCosts | BatchCosts | None
+    ) -> None:
+        #: (W, N, G), or None where no setting is predicted to beat greedy decoding on this host
+        self.settings = settings
+        self.rule = None if costs is None else DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
+        self.candidates = None
+        if self.rule is not None and settings is not None:
+            self.candidates = CandidateRecord(s.batch, settings[2])
+            s.record_choice(lambda: candidate_choice(self.rule, settings[1], s.steps))  # for `Stats.choices`
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the run decodes greedily: no setting was predicted to beat it (`Stats.choices` says why)."""
+        return self.settings is None
+
+    def verify(self, found: list[list[list[int]]], rows: Bool[Tensor, " batch"]) -> list[list[list[int]]]:
+        """Each row's first candidates, as many as pay (all where G was given); `rows`: those still decoding."""
+        if self.candidates is None:
+            return found
+        available = torch.tensor([len(row) for row in found], device="cpu")
+        expected = self.candidates.expected(max(map(len, found), default=0))
+        keep = self.rule.plan_expected(expected.to(self.rule.hits.device), available, rows).tolist()
+        return [row[:k] for row, k in zip(found, keep, strict=True)]
+
+    def record(self, tried: list[list[list[int]]], candidate: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]):
+        """After verifying: row b verified `tried[b]`; its `candidate[b]` brought `accepted[b]` tokens."""
+        if self.candidates is None:
+            return
+        verified = torch.tensor([len(row) for row in tried], device="cpu")
+        self.rule.record(verified.to(accepted.device), accepted)
+        self.candidates.add(verified, candidate.cpu(), accepted.cpu())

@@ -76,3 +76,15 @@ def block_choice(rule: DraftLength, steps: list[Step]) -> Choice:
     )
     fix = "Jacobi(block=b) verifies b guesses every step"
     return drafting_choice("Jacobi", rule, steps, guesses="guesses", pays=pays, fix=fix)
+
+
+def candidate_choice(rule: DraftLength, ngram: int, steps: list[Step]) -> Choice:
+    """What the candidate rule chose over the run (`Stats.choices`): how many candidates the steps verified, and how
+    many row steps verified none of the pool's candidates because none was expected to pay for its tokens. The
+    window still runs in those steps, so the run is never called greedy on this account."""
+    pays = (
+        f"no candidate was expected to pay for its {ngram - 1} tokens in the forward (by how often the row's "
+        "candidates of each rank were accepted so far)"
+    )
+    fix = "Lookahead(W, N, G) with G given verifies every candidate found, up to G"
+    return drafting_choice("Lookahead", rule, steps, guesses="candidates", pays=pays, fix=fix, fallback=False)

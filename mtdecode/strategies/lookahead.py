@@ -26,28 +26,20 @@ rows of W columns; the pool fills from then on. Per step, with x0 the newest com
 4. the predictions under the window's last row are the new row; a full window gives W n-grams;
 5. slide the window.
 
-With W=1 and N=2 (what the tuning chose for 2 and 4 rows on a 2-core CPU) the window is x0 alone: a step where
-no row verifies a candidate is then a plain step (`plain_step`), without the layout's mask and the cache's `keep`.
+With W=1 and N=2 the window is x0 alone: a step where no row verifies a candidate is then a plain step
+(`plain_step`), without the layout's mask and the cache's `keep`.
 
 In a batch every row has its own window and pool; the rows step together, so their windows
 have the same shape, and a row with fewer candidates than another is padded with -1.
 
-If W, N or G is left as None, it is chosen from the measured forward cost of the model on
-its device (`mtdecode.tuning`): the paper's A100 defaults (W=7, N=5, G=7, about 56 tokens
-per forward) are slower than greedy on a small CPU. When all three are left as None and no
-setting is predicted to beat greedy on the host, `Lookahead()` decodes greedily instead, and
-says so: `result.stats.choices` holds the reason (`tuning.lookahead_plan`) and `generate` warns
-once with `mtdecode.GreedyFallbackWarning`; `Lookahead(W, N, G)` forces a setting. Otherwise
-the choices say which W, N and G were chosen and their predicted speed-up.
-
-When G is tuned it is the most candidates a step verifies: each row verifies only as many of
-its candidates (most recent first) as are expected to pay for their tokens in the forward
-(`DraftLength.plan_expected` in `mtdecode.policy.rule`), judged from how often this row's
-candidates of each rank were the accepted one and how many tokens they brought (`CandidateRecord`).
-Where the pool's candidates are seldom right, a row verifies fewer of them, down to none. The
-rule reads only earlier steps, never this step's p, so the output stays exact. The choices
-then also say how many candidates the steps verified and how many row steps verified none of
-the pool's candidates because none paid (`candidate_choice`).
+`Lookahead(W, N, G)` runs the paper's fixed setting. A value left as None is chosen by the policy
+(`mtdecode.policy.Adaptive.lookahead`) for the model's measured forward costs: the paper's A100
+defaults (W=7, N=5, G=7, 56 tokens per forward) are slower than greedy on a small CPU. Where G is
+chosen it is the most candidates a step verifies, and each step verifies only those expected to pay
+for their tokens in the forward. When all three are left as None and no setting is predicted to
+beat greedy, `Lookahead()` decodes greedily, and `result.stats.choices` says why (`generate` warns
+once with `mtdecode.GreedyFallbackWarning`). The policy reads only earlier steps, never this step's
+p, so the output stays exact.
 """
 
 from collections import OrderedDict
@@ -58,16 +50,13 @@ from typing import no_type_check
 import torch
 from einops import rearrange, repeat
 
-from mtdecode import tuning
 from mtdecode.copying import prompt_tokens
 from mtdecode.masks import LookaheadLayout
 from mtdecode.model import left_pad
 from mtdecode.plain import decode_plainly, prefill
-from mtdecode.policy.records import CandidateRecord
-from mtdecode.policy.report import drafting_choice
-from mtdecode.policy.rule import DraftLength
-from mtdecode.session import Choice, Session, Step
-from mtdecode.tensor_types import Bool, Float, Int, Tensor
+from mtdecode.policy import Adaptive
+from mtdecode.session import Session, Step
+from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.verification import NONE, Verdict, verify_logits
 
 
@@ -77,18 +66,21 @@ class Lookahead:
 
     **Arguments:**
 
-    - `window`: W, the window's width (at least 1); None: chosen by `mtdecode.tuning`.
-    - `ngram`: N, the n-gram size (at least 2); None: chosen by `mtdecode.tuning`.
-    - `guesses`: G, candidates verified per step and n-grams kept per key (at least 0); None: tuned, and
-      then each step verifies only the candidates that pay, up to G.
+    - `window`: W, the window's width (at least 1); None: chosen by `policy`.
+    - `ngram`: N, the n-gram size (at least 2); None: chosen by `policy`.
+    - `guesses`: G, candidates verified per step and n-grams kept per key (at least 0); None: chosen by `policy`,
+      and then each step verifies only the candidates that pay, up to G.
     - `prompt_pool`: also put the prompt's n-grams in the pool (the default: with the candidates that do not
       pay left unverified, the fastest setting measured; `docs/strategies/lookahead.md`).
+    - `policy`: what chooses the values left as None, and the candidates each step verifies where G is
+      (`mtdecode.policy.Adaptive`; its `costs`, where given, price the candidates).
     """
 
     window: int | None = None
     ngram: int | None = None
     guesses: int | None = None
     prompt_pool: bool = True
+    policy: Adaptive = Adaptive()
 
     def __post_init__(self) -> None:
         for name, least in (("window", 1), ("ngram", 2), ("guesses", 0)):
@@ -97,41 +89,27 @@ class Lookahead:
                 raise ValueError(f"{name} must be None (tuned) or an integer >= {least}, got {value!r}")
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
-        settings, choice = tuning.lookahead_plan(
-            s.target.model, self.window, self.ngram, self.guesses, prompt_pool=self.prompt_pool, rows=s.batch
-        )
-        if choice is not None:  # what the tuning chose and why, for `Stats.choices`
-            s.record_choice(choice)
-        if settings is None:  # no setting is predicted to beat greedy on this host: `choice` says why
+        plan = self.policy.lookahead(s, self.window, self.ngram, self.guesses, prompt_pool=self.prompt_pool)
+        if plan.greedy:  # no setting is predicted to beat greedy on this host: `result.stats.choices` says why
             yield from decode_plainly(s)
             return
-        w, n, g = settings
+        w, n, g = plan.settings
         pools = [NgramPool(per_key=g) for _ in range(s.batch)]  # one pool per row
         if self.prompt_pool:
             for pool, tokens in zip(pools, s.tokens, strict=True):
                 pool.add_all(tokens, n)
         window = Window([prompt_tokens(s, w + n - 3)], depth=n - 1)  # warm-up start: one row, plus x0
-        rule = record = None
-        if self.guesses is None and g > 0:  # G is the most; each row verifies the candidates that pay
-            costs = tuning.candidate_costs(s.target.model, w, n, g, rows=s.batch)
-            rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
-            record = CandidateRecord(s.batch, g)
-            s.record_choice(lambda: candidate_choice(rule, n, s.steps))
         while not s.done:
             grid = window.grid(x0=s.last_tokens)  # (batch, rows, columns)
             lengths = (s.remaining - 1).clamp(min=0, max=n - 1).tolist()
             found = [pool.candidates(x0, m) for pool, x0, m in zip(pools, s.last_tokens.tolist(), lengths, strict=True)]
-            if rule is not None:
-                found = worth_trying(found, rule, record, s.active)
+            found = plan.verify(found, s.active)  # those worth verifying
             candidates = pad_candidates(found, s.device)  # step 1
             if candidates.shape[1] == 0 and window.columns == 1 and len(window.rows) == 1:
                 steps, new_row, verdict = plain_step(s, candidates)  # nothing to verify, a window of x0 alone
             else:
                 steps, new_row, verdict = lookahead_step(s, window, candidates)  # steps 2-3
-            if rule is not None:
-                tried = torch.tensor([len(row) for row in found], device="cpu")
-                rule.record(tried.to(s.device), verdict.accepted)
-                record.add(tried, verdict.candidate.cpu(), verdict.accepted.cpu())
+            plan.record(found, verdict.candidate, verdict.accepted)
             yield steps
             if window.full:
                 for pool, columns, predictions in zip(pools, grid.tolist(), new_row.tolist(), strict=True):
@@ -174,29 +152,6 @@ class NgramPool:
             return []
         cut = (rest[:length] for rest in reversed(self.table.get(key, ())))
         return [list(rest) for rest in dict.fromkeys(cut)]
-
-
-def worth_trying(
-    found: list[list[list[int]]], rule: DraftLength, record: CandidateRecord, rows: Bool[Tensor, " batch"]
-) -> list[list[list[int]]]:
-    """Each row's first candidates, as many as `rule` plans to verify (`DraftLength.plan_expected`) from the row's
-    record (`CandidateRecord`); `rows`: those still decoding."""
-    available = torch.tensor([len(row) for row in found], device="cpu")
-    expected = record.expected(max(map(len, found), default=0))
-    keep = rule.plan_expected(expected.to(rule.hits.device), available, rows).tolist()
-    return [row[:k] for row, k in zip(found, keep, strict=True)]
-
-
-def candidate_choice(rule: DraftLength, ngram: int, steps: list[Step]) -> Choice:
-    """What the candidate rule chose over the run (`Stats.choices`): how many candidates the steps verified, and how
-    many row steps verified none of the pool's candidates because none was expected to pay for its tokens. The
-    window still runs in those steps, so the run is never called greedy on this account."""
-    pays = (
-        f"no candidate was expected to pay for its {ngram - 1} tokens in the forward (by how often the row's "
-        "candidates of each rank were accepted so far)"
-    )
-    fix = "Lookahead(W, N, G) with G given verifies every candidate found, up to G"
-    return drafting_choice("Lookahead", rule, steps, guesses="candidates", pays=pays, fix=fix, fallback=False)
 
 
 def pad_candidates(found: list[list[list[int]]], device: torch.device) -> Int[Tensor, "batch candidate length"]:
@@ -278,9 +233,7 @@ def lookahead_step(
     return steps, new_row, verdict
 
 
-def plain_step(
-    s: Session, candidates: Int[Tensor, "batch 0 0"]
-) -> tuple[list[Step], Int[Tensor, "batch 1"], Verdict]:
+def plain_step(s: Session, candidates: Int[Tensor, "batch 0 0"]) -> tuple[list[Step], Int[Tensor, "batch 1"], Verdict]:
     """`lookahead_step` where no row verifies a candidate (`candidates` is empty) and the window is x0 alone (W = 1,
     N = 2): its input is then the unread tokens, so the step is a plain one, taken at greedy's cost
     (`mtdecode.plain.prefill`), without the layout's mask and the cache's `keep`. The same verdict (a step with no
