@@ -68,7 +68,7 @@ STRATEGIES = {
     "lookahead": lambda f: Lookahead(3, 3, 3, prompt_pool=True),
     "mtad": lambda f: MTAD(draft(f), 3, 2, 0.5),
     # a random head, its tree sized by the rule from a made-up cost curve: rows verify trees of different sizes
-    "eagle": lambda f: Eagle(head(f), depth=3, width=3, costs=EAGLE_COSTS, depth_cost=0.05),
+    "eagle": lambda f: Eagle(head(f), depth=3, width=3, policy=Adaptive(costs=EAGLE_COSTS, depth_cost=0.05)),
 }
 EAGLE_COSTS = DraftCosts(draft=0.0, target=[1.0, 1.2, 1.05, 1.1, 1.3, 1.35])
 

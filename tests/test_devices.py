@@ -14,6 +14,7 @@ from torch.overrides import TorchFunctionMode
 
 import mtdecode
 from mtdecode.costs import DraftCosts
+from mtdecode.policy import Adaptive
 from mtdecode.strategies import REGISTRY, Eagle, needs_draft
 from mtdecode.testing import tiny_model
 from mtdecode.testing.models import perturbed
@@ -59,9 +60,9 @@ def test_every_tensor_the_library_makes_states_its_device(temperature):
     watch = DeviceWatch()
     for cls in REGISTRY.values():
         if needs_draft(cls):
-            strategy = cls(draft, costs=costs)
+            strategy = cls(draft, policy=Adaptive(costs=costs))
         elif cls is Eagle:
-            strategy = Eagle(head, depth=3, width=2, costs=costs, depth_cost=0.05)
+            strategy = Eagle(head, depth=3, width=2, policy=Adaptive(costs=costs, depth_cost=0.05))
         else:
             strategy = cls()
         with watch:

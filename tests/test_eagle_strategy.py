@@ -23,6 +23,7 @@ import torch
 import mtdecode
 from mtdecode import Sampler, verification
 from mtdecode.costs import DraftCosts
+from mtdecode.policy import Adaptive, Fixed
 from mtdecode.strategies import Autoregressive
 from mtdecode.strategies.eagle import Copy, Eagle, Tree, best_nodes, graft, head_guesses, tree_size
 from mtdecode.testing import tiny_model
@@ -77,7 +78,9 @@ SHAPES = [
     dict(depth=5, width=4, tree_size=12),
     dict(depth=3, width=2, tree_size=1),
     dict(depth=1, width=1, tree_size=1),
-    dict(depth=4, width=3, costs=COSTS, depth_cost=0.05),  # the rule: tree size and depth from the costs
+    dict(
+        depth=4, width=3, policy=Adaptive(costs=COSTS, depth_cost=0.05)
+    ),  # the rule: tree size and depth from the costs
 ]
 
 
@@ -102,7 +105,10 @@ def test_a_random_head_reproduces_greedy_decoding_on_another_family():
 def test_a_good_head_accepts_deep_paths_and_reproduces_greedy_decoding_with_eos():
     model, head = copying_pair()
     expected = greedy(model, PROMPTS, 40, eos_token_id=5, pad_token_id=0)
-    for shape in (dict(depth=6, width=3, tree_size=10), dict(depth=6, width=2, costs=COSTS, depth_cost=0.05)):
+    for shape in (
+        dict(depth=6, width=3, tree_size=10),
+        dict(depth=6, width=2, policy=Adaptive(costs=COSTS, depth_cost=0.05)),
+    ):
         out = mtdecode.generate(model, PROMPTS, Eagle(head, **shape), max_new_tokens=40, eos_token_id=5,
                                 pad_token_id=0)  # fmt: skip
         assert out.tokens.tolist() == expected.tokens.tolist()
@@ -115,9 +121,11 @@ def test_the_rule_grows_deep_trees_only_where_another_depth_pays():
     """A depth that costs nothing lets the good head's tree grow to depth 6 and verify paths of 3 or more; one
     that costs 50 target forwards never pays, so every tree stops at depth 1 (at most W nodes verified)."""
     model, head = copying_pair()
-    shape = dict(depth=6, width=2, costs=COSTS, lookup=0)  # the head's tree alone
-    cheap = mtdecode.generate(model, PROMPTS, Eagle(head, **shape, depth_cost=0.0), max_new_tokens=30)
-    dear = mtdecode.generate(model, PROMPTS, Eagle(head, **shape, depth_cost=50.0), max_new_tokens=30)
+    shape = dict(depth=6, width=2, lookup=0)  # the head's tree alone
+    cheap = Eagle(head, **shape, policy=Adaptive(costs=COSTS, depth_cost=0.0))
+    dear = Eagle(head, **shape, policy=Adaptive(costs=COSTS, depth_cost=50.0))
+    cheap = mtdecode.generate(model, PROMPTS, cheap, max_new_tokens=30)
+    dear = mtdecode.generate(model, PROMPTS, dear, max_new_tokens=30)
     assert cheap.tokens.tolist() == dear.tokens.tolist()
     assert max(cheap.stats.accepted_lengths) >= 3
     assert max(step.drafted for step in dear.steps) <= 2 and max(dear.stats.accepted_lengths) <= 1
@@ -160,7 +168,7 @@ def test_the_copy_branch_reaches_past_the_heads_depth_and_changes_no_output():
     for seed in (0, 1, 2):
         model, head = copying_pair(seed=seed)
         expected = greedy(model, PROMPTS, 40).tokens.tolist()
-        shape = dict(depth=1, width=1, costs=COSTS, depth_cost=0.05)
+        shape = dict(depth=1, width=1, policy=Adaptive(costs=COSTS, depth_cost=0.05))
         alone = mtdecode.generate(model, PROMPTS, Eagle(head, **shape, lookup=0), max_new_tokens=40)
         copying = mtdecode.generate(model, PROMPTS, Eagle(head, **shape), max_new_tokens=40)
         assert alone.tokens.tolist() == expected and copying.tokens.tolist() == expected
@@ -210,7 +218,7 @@ def test_a_copy_follows_the_tree_while_it_can_then_hangs_new_nodes_below():
     assert grafted.value[1].tolist() == pytest.approx([0.5, 0.3, 0.2, 0.1, 0.0, -1.0])  # the copy's node, padding
     assert grafted.chance[2, 4:].tolist() == [-1.0, -1.0]
 
-    n, worth = tree_size(torch.ones(3, dtype=torch.bool), grafted, 6, None)
+    n, worth = tree_size(torch.ones(3, dtype=torch.bool), grafted, Fixed(6))
     assert n.tolist() == [6, 5, 4]  # row 1's padding and row 2's are not counted
     assert worth[0].tolist() == pytest.approx([0.5, 0.3, holds[1], 0.1, holds[2], holds[3]])
     chosen, rank = best_nodes(worth, 6)
@@ -227,7 +235,7 @@ def test_an_int8_head_drafts_for_a_float64_target_and_changes_no_output():
     model, head = copying_pair(seed=3)
     head = quantize_head(head.float())
     assert head.scorer is not None and head.dtype == torch.float32
-    strategy = Eagle(head, depth=6, width=2, costs=COSTS, depth_cost=0.05)
+    strategy = Eagle(head, depth=6, width=2, policy=Adaptive(costs=COSTS, depth_cost=0.05))
     out = mtdecode.generate(model, PROMPTS, strategy, max_new_tokens=30)
     assert out.tokens.tolist() == greedy(model, PROMPTS, 30).tokens.tolist()
     assert out.stats.new_tokens / out.stats.row_forwards > 2.0, out.stats
@@ -288,8 +296,10 @@ def check(strategy):
     "shape",
     [
         dict(depth=2, width=3, tree_size=5),
-        dict(depth=2, width=3, costs=COSTS, depth_cost=0.0),
-        dict(depth=1, width=1, costs=COSTS, depth_cost=0.0),  # the copy's node often beside the head's one
+        dict(depth=2, width=3, policy=Adaptive(costs=COSTS, depth_cost=0.0)),
+        dict(
+            depth=1, width=1, policy=Adaptive(costs=COSTS, depth_cost=0.0)
+        ),  # the copy's node often beside the head's one
     ],
 )
 def test_sampling_matches_autoregressive(shape):
@@ -315,7 +325,7 @@ def test_sampling_matches_autoregressive(shape):
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize(
-    "shape", [dict(depth=2, width=3, tree_size=5), dict(depth=1, width=1, costs=COSTS, depth_cost=0.0)]
+    "shape", [dict(depth=2, width=3, tree_size=5), dict(depth=1, width=1, policy=Adaptive(costs=COSTS, depth_cost=0.0))]
 )
 def test_the_test_rejects_a_wrong_tree_verifier(monkeypatch, shape):
     monkeypatch.setattr(verification, "try_proposals", keep_rejected)

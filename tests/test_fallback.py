@@ -128,7 +128,7 @@ def drafting(kind: str, costs: DraftCosts):
         "speculative": lambda: Speculative(draft(), policy=Adaptive(costs=costs)),
         "mtad": lambda: MTAD(draft(), policy=Adaptive(costs=costs)),
         "prompt_lookup": lambda: PromptLookup(policy=Adaptive(costs=costs)),
-        "eagle": lambda: Eagle(head(), depth=2, width=2, lookup=3, costs=costs, depth_cost=0.0),
+        "eagle": lambda: Eagle(head(), depth=2, width=2, lookup=3, policy=Adaptive(costs=costs, depth_cost=0.0)),
     }[kind]()
 
 

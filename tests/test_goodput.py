@@ -90,7 +90,9 @@ RULED = {  # every strategy with a rule, given batch costs
     "speculative": lambda costs: Speculative(pair()[1], policy=Adaptive(costs=costs)),
     "prompt_lookup": lambda costs: PromptLookup(policy=Adaptive(costs=costs)),
     "mtad": lambda costs: MTAD(pair()[1], beam_width=2, policy=Adaptive(costs=costs)),
-    "eagle": lambda costs: Eagle(head(), depth=3, width=3, costs=costs, depth_cost=0.05, read_cost=0.05),
+    "eagle": lambda costs: Eagle(
+        head(), depth=3, width=3, policy=Adaptive(costs=costs, depth_cost=0.05, read_cost=0.05)
+    ),
     "jacobi": lambda costs: Jacobi(policy=Adaptive(costs=costs)),
 }
 
@@ -537,13 +539,25 @@ def test_a_resting_batch_leaves_the_head_idle_and_catches_it_up(monkeypatch):
     count_calls(monkeypatch, eagle, "read_features", calls, "read", widest)
     count_calls(monkeypatch, eagle, "rest_step", calls, "rest")
     target, prompts = pair()[0], RAGGED
-    steep = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 3.0), depth_cost=0.05, read_cost=0.05)
+    steep = Eagle(
+        head(),
+        depth=3,
+        width=3,
+        lookup=0,
+        policy=Adaptive(costs=together(4, 0.0, 3.0), depth_cost=0.05, read_cost=0.05),
+    )
     result = mtdecode.generate(target, prompts, steep, max_new_tokens=30)
     # no tree, no read: every step a rest, the first one over the prompts
     assert calls["grow"] == 0 and calls["read"] == [] and calls["rest"] == len(result.steps_of(0))
     assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 30) for p in prompts]
     calls.update(grow=0, read=[], rest=0)
-    some = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 0.05), depth_cost=0.05, read_cost=0.05)
+    some = Eagle(
+        head(),
+        depth=3,
+        width=3,
+        lookup=0,
+        policy=Adaptive(costs=together(4, 0.0, 0.05), depth_cost=0.05, read_cost=0.05),
+    )
     result = mtdecode.generate(target, prompts, some, max_new_tokens=60)
     assert calls["rest"] > 0 and max(calls["read"][1:]) > 1, calls  # caught up on several steps at once
     assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 60) for p in prompts]
@@ -586,7 +600,13 @@ def test_a_tree_that_no_row_verifies_starts_the_rest_at_once(monkeypatch):
 
     monkeypatch.setattr(eagle, "tree_size", noted)
     target, prompts = pair()[0], RAGGED
-    some = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 0.05), depth_cost=0.05, read_cost=0.05)
+    some = Eagle(
+        head(),
+        depth=3,
+        width=3,
+        lookup=0,
+        policy=Adaptive(costs=together(4, 0.0, 0.05), depth_cost=0.05, read_cost=0.05),
+    )
     result = mtdecode.generate(target, prompts, some, max_new_tokens=60)
     after_none = [events[i + 1 : i + 3] for i, event in enumerate(events) if event == "none"]
     assert ["rest"] in [later[:1] for later in after_none], events  # a tree verified by no row, then a rest
@@ -663,8 +683,8 @@ def test_eagles_first_tree_pays_for_the_heads_reading_of_the_prompts(monkeypatch
     target, prompts = pair()[0], RAGGED
     for read_cost, drafts in ((0.0, True), (50.0, False)):
         calls.update(grow=0, read=0)
-        strategy = Eagle(head(), depth=3, width=3, lookup=0, costs=together(4, 0.0, 0.05), depth_cost=0.05,
-                         read_cost=read_cost)  # fmt: skip
+        policy = Adaptive(costs=together(4, 0.0, 0.05), depth_cost=0.05, read_cost=read_cost)
+        strategy = Eagle(head(), depth=3, width=3, lookup=0, policy=policy)
         result = mtdecode.generate(target, prompts, strategy, max_new_tokens=20)
         assert (calls["grow"] > 0 and calls["read"] > 0) == drafts, (read_cost, calls)
         assert drafts or not any(step.drafted for step in result.steps)
@@ -796,7 +816,7 @@ def test_one_slow_catch_up_sets_the_heads_read_only_when_it_is_the_only_sample(t
 def test_the_heads_reading_is_measured_once_per_number_of_rows(tmp_path, monkeypatch):
     """`tuning.measure_read_cost`: a positive cost per entry, kept on disk (the same number again, one file per number
     of rows), and refused as an argument when it is not a cost."""
-    from mtdecode.strategies.eagle import reading_cost
+    from mtdecode.policy.adaptive import reading_cost
 
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
@@ -806,10 +826,10 @@ def test_the_heads_reading_is_measured_once_per_number_of_rows(tmp_path, monkeyp
     assert tuning.measure_read_cost(model, head(), 2) == two
     assert len(list(tmp_path.glob("eagle-read-*.json"))) == 2
     # a read is priced in proportion to its entries (the head's grows faster than the target's forward)
-    assert reading_cost(two, 158) == pytest.approx(158 * two) and reading_cost(two, 0) == reading_cost(None, 5) == 0
+    assert reading_cost(two, 158) == pytest.approx(158 * two) and reading_cost(two, 0) == reading_cost(0.0, 5) == 0
     for nonsense in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="read_cost"):
-            Eagle(head(), read_cost=nonsense)
+            Eagle(head(), policy=Adaptive(read_cost=nonsense))
 
 
 def test_jacobi_verifies_the_guesses_that_pay_and_moves_the_others_on():

@@ -77,7 +77,7 @@ def strategies(target, draft, costs):
         "mtad": MTAD(draft, beam_width=2, policy=Adaptive(costs=costs, acceptance=0.4)),
         "prompt_lookup": PromptLookup(policy=Adaptive(costs=costs)),
         "jacobi": Jacobi(policy=Adaptive(costs=costs, acceptance=0.3)),
-        "eagle": Eagle(head(target), depth=3, width=3, costs=costs, depth_cost=0.05, read_cost=0.05),
+        "eagle": Eagle(head(target), depth=3, width=3, policy=Adaptive(costs=costs, depth_cost=0.05, read_cost=0.05)),
         "lookahead": Lookahead(window=2, ngram=3, guesses=None, policy=Adaptive(costs=costs)),
     }
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import mtdecode
+from mtdecode.policy import Adaptive
 from mtdecode.testing import first_divergence, greedy_tokens, hf_greedy_tokens
 from mtdecode.zoo.int8 import exact_int_mm
 
@@ -150,7 +151,7 @@ def test_eagle_with_its_copy_branch_equals_greedy_and_accepts_past_the_heads_dep
     ids = chat(f"Rename the function `area` to `rectangle_area`:\n\n{code}")
     greedy = greedy_tokens(model, ids, NEW_TOKENS)
     costs = DraftCosts(0.0, [1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35, 1.4, 1.45, 1.5, 1.55, 1.6, 1.65, 1.7, 1.75])
-    result = mtdecode.generate(model, ids, Eagle(depth=2, width=3, costs=costs, depth_cost=0.05),
+    result = mtdecode.generate(model, ids, Eagle(depth=2, width=3, policy=Adaptive(costs=costs, depth_cost=0.05)),
                                max_new_tokens=NEW_TOKENS)  # fmt: skip
     tie = first_divergence(model, ids, result.tokens[0].tolist(), greedy)
     assert tie is None or tie.within_rounding, f"eagle with a copy parts from greedy without a near tie: {tie}"

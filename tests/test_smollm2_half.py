@@ -11,6 +11,7 @@ import torch
 import mtdecode
 from mtdecode import CausalLM, UnsupportedModelError
 from mtdecode.model import probe
+from mtdecode.policy import Adaptive
 from mtdecode.strategies import MTAD, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens
 from mtdecode.testing.matrix import EAGLE_COSTS
@@ -32,7 +33,9 @@ EXACT = {
     "jacobi": lambda dtype: Jacobi(block=4),
     "prompt_lookup": lambda dtype: PromptLookup(2, 4),
     "lookahead": lambda dtype: Lookahead(4, 3, 4),
-    "eagle": lambda dtype: Eagle(models(dtype)[2], depth=3, width=2, costs=EAGLE_COSTS, depth_cost=0.05),
+    "eagle": lambda dtype: Eagle(
+        models(dtype)[2], depth=3, width=2, policy=Adaptive(costs=EAGLE_COSTS, depth_cost=0.05)
+    ),
     "mtad": lambda dtype: MTAD(models(dtype)[0], 3, beam_width=1),
 }
 

@@ -15,11 +15,12 @@ from mtdecode import tuning
 from mtdecode.costs import BatchCosts, DraftCosts, candidate_costs
 from mtdecode.model import Runner
 from mtdecode.policy.records import SUITE_RATES, CandidateRecord, CopyRecord, PlaceRecord
-from mtdecode.policy.report import block_choice, candidate_choice, copy_choice, rule_choice
+from mtdecode.policy.report import block_choice, candidate_choice, copy_choice, rule_choice, tree_choice
 from mtdecode.policy.rule import DraftLength, expected_tokens
 from mtdecode.session import Session
 from mtdecode.strategy import check_chance
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
+from mtdecode.zoo.eagle import HeadRunner
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,27 @@ class Adaptive:
     - `acceptance`: the rule's prior chance that a first guess is accepted, before the run has verified any; None:
       the draft's (or the model's own, for Jacobi), measured once on this host and kept on disk. Pass it with
       `costs` to make a seeded run repeat on another host.
+    - `depth_cost`: for a tree (`Eagle`), what growing it one more depth costs (a head forward over W nodes per row,
+      their scores and the choice of children), in units of a 1-token target forward of one row; None: measured on
+      this host (in a run for a batch with measured costs, `tuning.measure_eagle_steps`; else timed alone,
+      `tuning.measure_depth_cost`).
+    - `read_cost`: for a tree, what the head's reading of the target's features costs per entry and row; None:
+      measured on this host for the batch's rows. Only the batch rule weighs it: a batch drafts first, or again
+      after resting, only if a try pays for that catch-up.
     """
 
     costs: DraftCosts | BatchCosts | None = None
     acceptance: float | None = None
+    depth_cost: float | None = None
+    read_cost: float | None = None
 
     def __post_init__(self) -> None:
         if self.acceptance is not None:
             check_chance("acceptance", self.acceptance)
+        for name in ("depth_cost", "read_cost"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0):
+                raise ValueError(f"{name} must be a cost >= 0 (None: measured on this host), got {value!r}")
 
     def chain(self, s: Session, draft: Runner, *, most: int, name: str, drafting: str = "a draft forward") -> "Chain":
         """A draft model's chain of guesses (`Speculative`): a guess costs a draft forward."""
@@ -86,6 +100,33 @@ class Adaptive:
         if self.costs is None:
             return Candidates(s, settings, tuning.candidate_costs(s.target.model, w, n, g, rows=s.batch))
         return Candidates(s, settings, candidate_costs(self.costs, s.batch, w, n, g))
+
+    def tree(self, s: Session, head: HeadRunner, *, depth: int, width: int, lookup: int, timed: Callable) -> "Tree":
+        """EAGLE's tree of `depth` x `width` head nodes and a copy of up to `lookup` tokens: a node costs its place in
+        the target's forward, a depth of the tree one head forward (`depth_cost`). For a batch with measured costs,
+        what a drafting step does beside its target forward is measured in a run of the strategy with fixed trees
+        (`timed(depth, nodes)` gives one; `tuning.measure_eagle_steps`), as the step's overhead and each verified
+        node's share."""
+        target, rows = s.target.model, s.batch
+        beside = None
+        if self.costs is None and rows > 1:  # a drafting step's work beside its target forward, in a run
+            beside = tuning.measure_eagle_steps(target, head.model, width, rows, timed, lookup=lookup > 0)
+        costs = self.costs or tuning.batch_draft_costs(
+            target, None, rows, longest=depth * width + lookup + 1, planned=True,
+            draft_cost=None if beside is None else beside.node, overhead=None if beside is None else beside.step,
+        )  # fmt: skip
+        depth_cost, read_cost = self.depth_cost, self.read_cost
+        if depth_cost is None:
+            depth_cost = (
+                beside.depth if beside is not None else tuning.measure_depth_cost(target, head.model, width, rows)
+            )
+        together = isinstance(costs, BatchCosts) and rows > 1
+        if read_cost is None and (beside is not None or together):  # only the batch rule weighs it
+            read_cost = beside.read if beside is not None else tuning.measure_read_cost(target, head.model, rows)
+        # the work a drafting step does before the rule weighs its tree, beyond its catch-up: the first depth's
+        # scores (in the costs' overhead where a run measured the step's work)
+        first = 0.0 if beside is not None else depth_cost
+        return Tree(s, costs, depth_cost, read_cost or 0.0, first)
 
     def prior(self, s: Session, draft: Runner) -> float:
         """The prior acceptance: as given, else the draft's, measured once on this host."""
@@ -224,3 +265,78 @@ class Candidates:
         verified = torch.tensor([len(row) for row in tried], device="cpu")
         self.rule.record(verified.to(accepted.device), accepted)
         self.candidates.add(verified, candidate.cpu(), accepted.cpu())
+
+
+class Tree:
+    """A run's plan for EAGLE's tree: each node's chance of acceptance calibrated from the head's confidence by the
+    row's record, how deep to grow (while a depth's chances pay for a head forward), how many nodes to verify (the
+    best N by worth), and, for a batch, when the head rests."""
+
+    def __init__(
+        self, s: Session, costs: DraftCosts | BatchCosts, depth_cost: float, read_cost: float, first: float
+    ) -> None:
+        self.depth_cost, self.read_cost, self.first = depth_cost, read_cost, first
+        # with the batch rule, the batch's first tree is a try: made only if it would pay for the prompts' read
+        self.rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, wait_first=True)
+        self.active = lambda: s.active
+        s.record_choice(lambda: tree_choice(self.rule, depth_cost, s.steps))  # for `Stats.choices`
+
+    def rests(
+        self,
+        expected: Float[Tensor, "batch options"] | None,
+        available: Int[Tensor, " batch"] | None,
+        unread: int,
+    ) -> bool:
+        """Whether the batch rests this step (a plain step; the head does no work): nothing would pay for the head's
+        reading of `unread` features per row and its first depth, not even the copies alone (E(0..longest) of
+        `expected`, of `available` copied tokens per row; None without copies)."""
+        playing = self.active()
+        if not self.rule.idle(expected, available, reading=reading_cost(self.read_cost, unread), extra=self.first):
+            return False
+        self.rule.rest(playing)
+        return True
+
+    def calibrated(self, confidence: Float[Tensor, "batch node"]) -> Float[Tensor, "batch node"]:
+        """P(a node accepted | its parent accepted), from the head's `confidence` in it, by the rows' record."""
+        return self.rule.calibrated(confidence)
+
+    def grows(
+        self, depth: int, nodes: int, gain: Float[Tensor, " batch"], expected: Float[Tensor, " batch"],
+        rows: Bool[Tensor, " batch"],
+    ) -> Bool[Tensor, " batch"]:  # fmt: skip
+        """Which of `rows` grow their tree to `depth`, whose nodes add at most `gain` expected tokens to a step that
+        verifies the `nodes` made so far and expects `expected`: with the batch rule, when the batch would end with
+        the tree so far against with one more depth."""
+        spent = self.rule.costs.step(nodes) + (depth - 2) * self.depth_cost
+        return self.rule.worth(gain, self.depth_cost, rows, expected, spent)
+
+    def size(self, worth: Float[Tensor, "batch node"], available: Int[Tensor, " batch"]) -> Int[Tensor, " batch"]:
+        """How many of its `available` worthiest nodes each row verifies: the N that maximises E(N) - r T(N)."""
+        ranked = worth.sort(dim=1, descending=True).values.clamp(min=0)  # (batch, node)
+        return self.rule.plan_expected(expected_tokens(ranked), available)  # E(0..node)
+
+    def record(
+        self,
+        verified: Int[Tensor, " batch"],
+        accepted: Int[Tensor, " batch"],
+        depths: Int[Tensor, " batch"],
+        tried: Callable[[], tuple[Tensor, Tensor, Tensor] | None],
+    ) -> None:
+        """After verifying: row b verified `verified[b]` nodes of a tree grown `depths[b]` deep (a head forward each)
+        and kept `accepted[b]`; `tried()` gives the head's verified nodes' confidences, which were tried and which
+        were hits, for the calibration (None: no node was verified)."""
+        self.rule.record(verified, accepted, extra_cost=depths.double() * self.depth_cost)
+        nodes = tried()
+        if nodes is not None:
+            self.rule.calibrate(*nodes)
+
+    def rests_after(self, verified: Int[Tensor, " batch"]) -> bool:
+        """Whether a batch whose rows verified `verified` nodes starts a rest at once (no row verified one)."""
+        return self.rule.together and not bool(verified.any())
+
+
+def reading_cost(read_cost: float, entries: int) -> float:
+    """What the head's reading of `entries` features per row costs the batch (the widest row's, since the rows are
+    read side by side): `read_cost` per entry, in proportion to the entries (the head's read grows a little faster
+    with its entries than the target's forward does; `docs/strategies/eagle.md`); 0 with nothing to read."""
+    return read_cost * entries if entries and read_cost else 0.0

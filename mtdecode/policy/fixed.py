@@ -4,10 +4,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import torch
+
 from mtdecode.model import Runner
 from mtdecode.session import Session
 from mtdecode.strategy import check_counts
-from mtdecode.tensor_types import Bool, Float, Tensor
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
+from mtdecode.zoo.eagle import HeadRunner
 
 #: what a step found to verify: copies (lists of tokens per row) or counts of guesses per row
 Found = TypeVar("Found")
@@ -45,9 +48,13 @@ class Fixed:
     def block(self, s: Session, *, most: int) -> "Fixed":
         return self
 
+    def tree(self, s: Session, head: HeadRunner, *, depth: int, width: int, lookup: int, timed: Callable) -> "Fixed":
+        return self
+
     # ------------------------------------------------------------------ the plans' fixed points
 
-    def rests(self, rows: Bool[Tensor, " batch"], unread: list[int]) -> bool:
+    def rests(self, *before: object) -> bool:
+        """Never: every step drafts."""
         return False
 
     def first(self, rows: Bool[Tensor, " batch"], unread: list[int]) -> Bool[Tensor, " batch"]:
@@ -64,3 +71,20 @@ class Fixed:
 
     def record(self, *outcome: object) -> None:
         """Nothing to learn."""
+
+    # ------------------------------------------------------------------ a tree's (`Eagle`'s tree_size=k)
+
+    def calibrated(self, confidence: Float[Tensor, "batch node"]) -> Float[Tensor, "batch node"]:
+        """A node's worth is the head's own confidence (times its parent's: the path value)."""
+        return confidence
+
+    def grows(self, depth: int, nodes: int, gain: Tensor, expected: Tensor, rows: Bool[Tensor, " batch"]) -> Tensor:
+        """Every row grows the whole depth."""
+        return torch.ones_like(rows)
+
+    def size(self, worth: Float[Tensor, "batch node"], available: Int[Tensor, " batch"]) -> Int[Tensor, " batch"]:
+        """The best k nodes, as many as there are."""
+        return available.clamp(max=self.k)
+
+    def rests_after(self, verified: Int[Tensor, " batch"]) -> bool:
+        return False

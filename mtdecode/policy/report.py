@@ -88,3 +88,19 @@ def candidate_choice(rule: DraftLength, ngram: int, steps: list[Step]) -> Choice
     )
     fix = "Lookahead(W, N, G) with G given verifies every candidate found, up to G"
     return drafting_choice("Lookahead", rule, steps, guesses="candidates", pays=pays, fix=fix, fallback=False)
+
+
+def tree_choice(size: DraftLength, depth_cost: float, steps: list[Step]) -> Choice:
+    """What the tree-size rule chose over the run (`Stats.choices`), with what it weighs: a node is verified only
+    while its chance of acceptance pays for its place in the target forward at the row's rate so far, and a depth
+    is grown only while its nodes' chances pay for one more head forward (`depth_cost`)."""
+    added = size.costs.step(1) - size.costs.step(0)
+    o = size.costs.overhead
+    beside = f", {o:.2f} of it the drafting step's work beside the forward" if o else ""
+    pays = (
+        f"no node's chance of acceptance paid for its place in the forward (a step's first verified node costs "
+        f"{added:.2f} of a 1-token forward{beside}, weighed at the row's tokens per unit of cost so far; a depth of "
+        f"the tree costs {depth_cost:.2f})"
+    )
+    fix = "Eagle(tree_size=N) verifies the N best nodes every step"
+    return drafting_choice("Eagle", size, steps, guesses="nodes", pays=pays, fix=fix)

@@ -58,21 +58,22 @@ verified node: timed alone, a depth came to 0.6 of what it cost between the forw
 
 import dataclasses
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 import torch
 from einops import rearrange, repeat
 
-from mtdecode import masks, tuning
+from mtdecode import masks
 from mtdecode.copying import lookup_rows
-from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.model import CausalLM
+from mtdecode.policy import Adaptive, Fixed, fixed_or
+from mtdecode.policy.plans import TreePlan
 from mtdecode.policy.records import CopyRecord
-from mtdecode.policy.report import drafting_choice
-from mtdecode.policy.rule import DraftLength, expected_tokens
-from mtdecode.session import Choice, Session, Step
+from mtdecode.policy.rule import expected_tokens
+from mtdecode.session import Session, Step
 from mtdecode.strategy import check_counts
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.verification import Verdict, padded, verify_fed, verify_logits
@@ -91,24 +92,14 @@ class Eagle:
       depth, slightly fewer accepted guesses; `benchmarks/eagle_costs.py` compares them).
     - `depth`: D, the tree's greatest depth (at least 1).
     - `width`: W, nodes kept per depth (top-W children; at least 1).
-    - `tree_size`: a fixed number of verified nodes N (at most D x W); None (the default): each step's N
-      from the measured forward-cost curve (step 2).
+    - `tree_size`: a fixed number of verified nodes N (at most D x W; `mtdecode.policy.Fixed`); None (the default):
+      as many as `policy` decides (step 2).
     - `lookup`: copy up to this many tokens as prompt lookup does, as one more branch of the tree (10, the
       default; 0: no copy, the head's tree alone).
     - `ngram`: the longest n-gram the copy matches (shorter ones are tried if it has none).
-    - `costs`: the target's forward costs for step 2: `BatchCosts` to size the batch's trees by its goodput,
-      one row's `DraftCosts` to size each row's alone (`mtdecode.policy.rule`); None: the batch's, measured on this
-      host (`mtdecode.tuning`), for a batch with what a drafting step does beside its target forward, measured in
-      a run (`mtdecode.tuning.measure_eagle_steps`), as the step's overhead o and each verified node's share as c.
-    - `depth_cost`: what growing the tree one more depth costs (a head forward over W nodes per row, their scores
-      and the choice of children), in units of a 1-token target forward of one row; None: measured on this host,
-      in a run for a batch with measured costs (`mtdecode.tuning.measure_eagle_steps`), else timed alone
-      (`mtdecode.tuning.measure_depth_cost`). Only the rule (`tree_size=None`) weighs it.
-    - `read_cost`: what the head's reading of the target's features costs per entry and row (a read of n entries
-      per row costing n times this), in units of a 1-token target forward of one row; None: measured on this host
-      for the batch's rows (in a run with measured costs, as `depth_cost`; else `mtdecode.tuning.measure_read_cost`).
-      Only the batch rule weighs it: a batch drafts first, or again after resting, only if a try pays for that
-      catch-up.
+    - `policy`: how deep to grow the tree and how many nodes to verify when N is not given (`mtdecode.policy`):
+      `Adaptive()` by default, on this host's measured costs; `Adaptive(costs, depth_cost=..., read_cost=...)` weighs
+      the numbers given.
     """
 
     head: EagleHead | None = None
@@ -117,18 +108,12 @@ class Eagle:
     tree_size: int | None = None
     lookup: int = 10
     ngram: int = 3
-    costs: DraftCosts | BatchCosts | None = None
-    depth_cost: float | None = None
-    read_cost: float | None = None
+    policy: Adaptive | Fixed = Adaptive()
     #: output identical to greedy decoding at temperature 0, distributed as p when sampling
     exact: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_counts(self, ("depth", "width", "tree_size", "ngram"), optional=["tree_size"])
-        for name in ("depth_cost", "read_cost"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0):
-                raise ValueError(f"{name} must be a cost >= 0 (None: measured on this host), got {value!r}")
         if isinstance(self.lookup, bool) or not isinstance(self.lookup, int) or self.lookup < 0:
             raise ValueError(f"lookup must be an integer >= 0 (0: no copy), got {self.lookup!r}")
         if self.head is not None and not isinstance(self.head, EagleHead):
@@ -138,41 +123,11 @@ class Eagle:
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
         head = head_runner(s, self.head if self.head is not None else shipped_head(s.target.model))
-        size, beside = None, None
-        if self.tree_size is None:
-            longest = self.depth * self.width + self.lookup + 1
-            if self.costs is None and s.batch > 1:  # a drafting step's work beside its target forward, in a run
-                def fixed(depth: int, nodes: int) -> Eagle:  # this strategy with a fixed tree, to time its steps
-                    return dataclasses.replace(self, head=head.model, depth=depth, tree_size=nodes, costs=None)
-
-                beside = tuning.measure_eagle_steps(
-                    s.target.model, head.model, self.width, s.batch, fixed, lookup=self.lookup > 0
-                )
-            costs = self.costs or tuning.batch_draft_costs(
-                s.target.model, None, s.batch, longest=longest, planned=True,
-                draft_cost=None if beside is None else beside.node, overhead=None if beside is None else beside.step,
-            )  # fmt: skip
-            # with the batch rule, the batch's first tree is a try: made only if it would pay for the prompts' read
-            size = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, wait_first=True)
-        depth_cost, read_cost = self.depth_cost, self.read_cost
-        if depth_cost is None and size is None:  # only the rule weighs it
-            depth_cost = 0.0
-        elif depth_cost is None and beside is not None:
-            depth_cost = beside.depth
-        elif depth_cost is None:
-            depth_cost = tuning.measure_depth_cost(s.target.model, head.model, self.width, s.batch)
-        # the work a drafting step does before the rule weighs its tree, beyond its catch-up: the first depth's
-        # scores (in the costs' overhead where a run measured the step's work, `tuning.measure_eagle_steps`)
-        first = 0.0 if beside is not None else depth_cost
-        if read_cost is None and beside is not None:
-            read_cost = beside.read
-        elif read_cost is None and size is not None and size.together:  # only the batch rule weighs it
-            read_cost = tuning.measure_read_cost(s.target.model, head.model, s.batch)
-        if size is not None:
-            s.record_choice(lambda: tree_choice(size, depth_cost, s.steps))  # for `Stats.choices`
-        # the copy's prior stays L / (L + 2), above prompt lookup's measured `SUITE_RATES`: with those, the race's
-        # forwards at 4 rows of code modelled 1.36x greedy's against 1.45x (docs/benchmark.md, "Prompt lookup's prior
-        # measured over the suite")
+        plan = fixed_or(self.tree_size, self.policy).tree(
+            s, head, depth=self.depth, width=self.width, lookup=self.lookup, timed=self.with_fixed_tree(head.model)
+        )
+        # the copy's prior stays L / (L + 2), above prompt lookup's measured `SUITE_RATES`, which modelled 4 rows of
+        # code at fewer tokens per forward than they made (docs/strategies/eagle.md)
         record = CopyRecord(s.batch) if self.lookup else None
         unread = Backlog(s.batch)  # the target's features that the head has not read yet
         steps, fresh = rest_step(s, head)  # the first step: a plain forward over the prompts, read when drafting
@@ -181,67 +136,38 @@ class Eagle:
         root = None  # each row's head prediction for its newest position, once the head has read its features
         while not s.done:
             copy = None if record is None else find_copies(s, self.lookup, self.ngram, record)  # step 1, the copy
-            resting = size is not None and size.idle(
-                *copy_alone(copy, s.active), reading=reading_cost(read_cost, max(unread.sizes)), extra=first
-            )  # the batch rule: nothing would pay for the head's work
-            if resting:
-                playing = s.active
+            if plan.rests(*copy_alone(copy, s.active), max(unread.sizes)):  # nothing would pay for the head's work
                 steps, fresh = rest_step(s, head)  # a plain step; the head reads its features when drafting resumes
-                size.rest(playing)
                 unread.add(fresh)
                 yield steps
                 continue
             if unread.waiting:  # the head catches up on the steps it rested, in one forward
                 root = read_features(s, head, unread.take(), root)
                 s.resting.discard(id(head))
-            tree = grow_tree(s, head, root, self.depth, self.width, size, depth_cost, copy)  # step 1
+            tree = grow_tree(s, head, root, self.depth, self.width, plan, copy)  # step 1
             if copy is not None:
                 tree = graft(tree, copy)
-            n, worth = tree_size(s.active, tree, self.tree_size, size)  # step 2
+            n, worth = tree_size(s.active, tree, plan)  # step 2
             chosen, rank = best_nodes(worth, int(n.max()))  # the widest row's; row b verifies its best n[b]
             valid = rank < n[:, None]
             verdict, path, features = verify_tree(s, tree, chosen, valid)  # steps 3 and 4
             steps = commit(s, verdict, path, n)  # step 5
-            if size is not None:  # the row's head forwards: the one that read its features, then one per depth
-                size.record(n, verdict.accepted, extra_cost=tree.limit.double() * depth_cost)
-                calibrate(s, size, tree, chosen, head_guesses(tree, chosen, valid), path)
+            plan.record(n, verdict.accepted, tree.limit, partial(tried_nodes, s, tree, chosen, valid, path))
             if record is not None:
                 record.add(*copy_outcome(tree, chosen, valid, path), copy.matched)
             rows = torch.arange(s.batch, device=s.device)[:, None]
             fresh = features[rows, torch.cat([path.new_zeros(path.shape[0], 1), path + 1], dim=1).clamp(min=0)]
             fresh = [fresh[b, : int(a) + 1] for b, a in enumerate(verdict.accepted)]
-            if size is not None and size.together and not bool(n.any()):  # no row verified a node: rest from here
+            if plan.rests_after(n):  # no row verified a node: the batch rests from here, the head reads nothing
                 s.resting.add(id(head))
                 unread.add(fresh)
             else:
                 root = read_features(s, head, fresh, root)
             yield steps
 
-
-def reading_cost(read_cost: float | None, entries: int) -> float:
-    """What the head's reading of `entries` features per row costs the batch (the widest row's, since the rows are
-    read side by side), for the batch rule: `read_cost` per entry, in proportion to the entries; 0 with nothing to
-    read or when the rule does not weigh it. The head's read grows faster with its entries than the target's
-    forward: timed alone at 8 rows on the 2-core Intel host, 17.3 ms over 64 entries and 44.4 ms over 160 (2.57
-    times, for 2.5 times the entries), where t(8, n) grew 2.26 times; priced by the target's growth, a first try's
-    catch-up on 158 entries came out about 0.8 of the head's own time (worked out from those timings)."""
-    return read_cost * entries if entries and read_cost else 0.0
-
-
-def tree_choice(size: DraftLength, depth_cost: float, steps: list[Step]) -> Choice:
-    """What the tree-size rule chose over the run (`Stats.choices`), with what it weighs: a node is verified only
-    while its chance of acceptance pays for its place in the target forward at the row's rate so far, and a depth
-    is grown only while its nodes' chances pay for one more head forward (`depth_cost`)."""
-    added = size.costs.step(1) - size.costs.step(0)
-    o = size.costs.overhead
-    beside = f", {o:.2f} of it the drafting step's work beside the forward" if o else ""
-    pays = (
-        f"no node's chance of acceptance paid for its place in the forward (a step's first verified node costs "
-        f"{added:.2f} of a 1-token forward{beside}, weighed at the row's tokens per unit of cost so far; a depth of "
-        f"the tree costs {depth_cost:.2f})"
-    )
-    fix = "Eagle(tree_size=N) verifies the N best nodes every step"
-    return drafting_choice("Eagle", size, steps, guesses="nodes", pays=pays, fix=fix)
+    def with_fixed_tree(self, head: EagleHead) -> Callable[[int, int], "Eagle"]:
+        """This strategy with a fixed tree of the given depth and size, for a policy that times its steps."""
+        return lambda depth, nodes: dataclasses.replace(self, head=head, depth=depth, tree_size=nodes)
 
 
 # ------------------------------------------------------------------ the head's runner
@@ -323,9 +249,9 @@ class Tree:
     - `confidence`: the head's probability of the node's token after its parent;
     - `value`: the product of the confidences from the root to the node;
     - `limit`: per row, the deepest depth it may use (the tree-size rule stops a row where growing cannot pay);
-    - `chance`: with the tree-size rule, the node's chance of acceptance: the product, from the root, of
-      P(accepted | parent accepted), each calibrated from the confidence by the row's record
-      (`DraftLength.calibrated`); never more than its parent's.
+    - `chance`: the node's chance of acceptance: the product, from the root, of P(accepted | parent accepted), each
+      from the confidence as the plan calibrates it (a fixed tree's: the confidence, so the chance is the path
+      value); never more than its parent's.
     - `head_nodes`: the nodes the head drafted are the first `head_nodes` of every row; the copy's new nodes
       follow them (`graft`), then padding (value and chance -1, never verified);
     - `copy`: the node's place on the row's copy (1, 2, ...; 0 off it); `copy_chance`: the chance that the copy
@@ -338,7 +264,7 @@ class Tree:
     confidence: Float[Tensor, "batch node"]
     value: Float[Tensor, "batch node"]
     limit: Int[Tensor, " batch"]
-    chance: Float[Tensor, "batch node"] | None = None
+    chance: Float[Tensor, "batch node"]
     head_nodes: int = 0
     copy: Int[Tensor, "batch node"] | None = None
     copy_chance: Float[Tensor, "batch node"] | None = None
@@ -448,18 +374,17 @@ def grow_tree(
     root: Float[Tensor, "batch hidden"],
     depth: int,
     width: int,
-    size: DraftLength | None = None,
-    depth_cost: float = 0.0,
+    plan: TreePlan,
     copy: Copy | None = None,
 ) -> Tree:
     """Step 1: up to D depths of W nodes per row, each depth the best W children of the one before by path value.
 
-    With the rule (`size`), each node's chance of acceptance is estimated as it is made (`Tree.chance`), and a
-    row's tree stops growing once its newest depth cannot pay for another (`Tree.limit`): the children of a depth
-    are together never likelier to be accepted than their parents, so another depth adds at most the newest
-    depth's chances to a step, against `depth_cost` (one more head forward, in units of a 1-token target forward)
-    at the row's rate so far. A node on the row's `copy` (its path is the copy's first tokens) counts only with what
-    its chance adds to the copy's, since the copy is verified anyway. The head keeps growing while any row does; a
+    Each node's chance of acceptance is estimated as it is made (`Tree.chance`, by the `plan`: the path value
+    itself for a fixed tree), and a row's tree stops growing where the plan says its newest depth cannot pay for
+    another (`Tree.limit`): the children of a depth are together never likelier to be accepted than their parents,
+    so another depth adds at most the newest depth's chances to a step. A node on the row's `copy` (its path is the
+    copy's first tokens) counts only with what its chance adds to the copy's, since the copy is verified anyway.
+    The head keeps growing while any row does; a
     row that stopped ignores the rest, so it drafts what it would alone. No row's limit passes the guesses its budget
     leaves room for (`Session.budget`): at the last token of every row, the head grows no depth at all."""
     model = head.model
@@ -472,7 +397,7 @@ def grow_tree(
     parent = torch.full((batch, width), -1, dtype=torch.long, device=device)
     fed = repeat(root, "batch hidden -> batch frontier hidden", frontier=width)  # what each frontier node is fed
     levels = [(tokens, parent, value, value)]
-    chance = None if size is None else size.calibrated(value)  # (batch, W): P(accepted), depth 1
+    chance = plan.calibrated(value)  # (batch, W): P(accepted), depth 1
     chances = [chance]
     on_copy = None if copy is None else copy.follows(tokens, 1)  # (batch, W): the path is the copy's start
     limit = torch.full((batch,), depth, dtype=torch.long, device=device)  # each row's last useful depth
@@ -480,15 +405,11 @@ def grow_tree(
     entries = torch.empty(batch, 0, dtype=torch.long, device=device)  # the head's pending entries' parents
     frontier_entry = torch.full((batch, width), -1, dtype=torch.long, device=device)  # parents' entries
     for d in range(2, depth + 1):
-        if chance is not None:
-            gain = chance if on_copy is None else torch.where(on_copy, chance - copy.holds_at(d - 1), chance)
-            # with the batch rule: when the batch would end with the tree so far (every node verified), against
-            # with one more depth, whose nodes add at most the newest depth's chances (the plan weighs their places)
-            expected = 1 + sum(level.clamp(min=0).sum(1) for level in chances)
-            spent = size.costs.step((d - 1) * width) + (d - 2) * depth_cost
-            growing = s.active & (limit == depth) & (room >= d)
-            pays = size.worth(gain.clamp(min=0).sum(1), depth_cost, growing, expected, spent)
-            limit = torch.where((limit == depth) & ~pays, d - 1, limit)
+        gain = chance if on_copy is None else torch.where(on_copy, chance - copy.holds_at(d - 1), chance)
+        expected = 1 + sum(level.clamp(min=0).sum(1) for level in chances)  # the tree so far, every node verified
+        growing = s.active & (limit == depth) & (room >= d)
+        pays = plan.grows(d, (d - 1) * width, gain.clamp(min=0).sum(1), expected, growing)
+        limit = torch.where((limit == depth) & ~pays, d - 1, limit)
         if not bool(((limit == depth) & (room >= d)).any()):  # no row grows this deep, or has room for it
             break
         frontier = repeat(torch.arange(width, device=device), "frontier -> batch frontier", batch=batch)
@@ -508,16 +429,15 @@ def grow_tree(
         fed = predicted[rows, chosen]
         frontier_entry = new_entries[rows, chosen]
         levels.append((tokens, parent, confidence, value))
-        if chance is not None:  # P(accepted | parent accepted), calibrated, times the parent's chance
-            chance = size.calibrated(confidence) * chance.gather(1, chosen)
-            chances.append(chance)
+        chance = plan.calibrated(confidence) * chance.gather(1, chosen)  # P(accepted | parent's), times the parent's
+        chances.append(chance)
         if on_copy is not None:
             on_copy = on_copy.gather(1, chosen) & copy.follows(tokens, d)
     head.cache.crop(head.cache.lengths)  # the tree's entries go: the next step feeds the target's real features
     limit = torch.minimum(limit, room)
     level_depth = [torch.full((batch, width), d + 1, dtype=torch.long, device=device) for d in range(len(levels))]
     tokens, parent, confidence, value = (torch.cat(parts, dim=1) for parts in zip(*levels, strict=True))
-    chance = None if size is None else torch.cat(chances, dim=1)
+    chance = torch.cat(chances, dim=1)
     return Tree(tokens, parent, torch.cat(level_depth, dim=1), confidence, value, limit, chance, tokens.shape[1])
 
 
@@ -562,7 +482,7 @@ def graft(tree: Tree, copy: Copy) -> Tree:
         confidence=extended(tree.confidence, 0.0),
         value=torch.where(padding, -1.0, extended(tree.value, 0.0)),
         limit=tree.limit,
-        chance=None if tree.chance is None else torch.where(padding, -1.0, extended(tree.chance, 0.0)),
+        chance=torch.where(padding, -1.0, extended(tree.chance, 0.0)),
         head_nodes=drafted,
         copy=places,
         copy_chance=copy_chance,
@@ -581,24 +501,17 @@ def copy_outcome(
 
 
 def tree_size(
-    active: Bool[Tensor, " batch"], tree: Tree, fixed: int | None, size: DraftLength | None
+    active: Bool[Tensor, " batch"], tree: Tree, plan: TreePlan
 ) -> tuple[Int[Tensor, " batch"], Float[Tensor, "batch node"]]:
-    """Step 2: how many nodes each row verifies (0 for a row not `active`), and the worth by which its best are
-    chosen: with the rule, each node's chance of acceptance as the row's record calibrates it, else the head's path
-    value; on the copy (cut to the row's budget), at least the copy's chance of holding to the node. Padding, and a
-    head's node below the row's depth limit (`Tree.limit`: where growing stopped paying, or past what the row's
-    budget has room for), is worth -1 and never counts."""
-    if fixed is not None:  # the best `fixed` nodes that the row's budget leaves room for
-        worth = torch.where(tree.depth <= tree.limit[:, None], tree.value, -1.0)
-        worth = worth if tree.copy is None else torch.maximum(worth, tree.copy_chance)
-        return torch.where(active, (worth >= 0).sum(1).clamp(max=fixed), 0), worth
+    """Step 2: how many nodes each row verifies (the `plan`'s choice; 0 for a row not `active`), and the worth by
+    which its best are chosen: each node's chance of acceptance (`Tree.chance`), and on the copy (cut to the row's
+    budget) at least the copy's chance of holding to the node. Padding, and a head's node below the row's depth
+    limit (`Tree.limit`: where growing stopped paying, or past what the row's budget has room for), is worth -1 and
+    never counts."""
     worth = torch.where(tree.depth <= tree.limit[:, None], tree.chance, -1.0)
     if tree.copy is not None:  # a node on the copy is worth at least the copy's chance of holding to it
         worth = torch.maximum(worth, tree.copy_chance)
-    usable = worth >= 0
-    ranked = worth.sort(dim=1, descending=True).values.clamp(min=0)  # (batch, node)
-    expected = expected_tokens(ranked)  # E(0..node)
-    n = size.plan_expected(expected, torch.where(active, usable.sum(1), 0))
+    n = plan.size(worth, torch.where(active, (worth >= 0).sum(1), 0))
     return torch.where(active, n, 0), worth
 
 
@@ -618,28 +531,28 @@ def on_the_copy(tree: Tree, chosen: Int[Tensor, "batch n"]) -> Bool[Tensor, "bat
     return tree.copy.gather(1, chosen) > 0
 
 
-def calibrate(
+def tried_nodes(
     s: Session,
-    size: DraftLength,
     tree: Tree,
     chosen: Int[Tensor, "batch n"],
     valid: Bool[Tensor, "batch n"],
     path: Int[Tensor, "batch depth"],
-) -> None:
-    """After step 4: every verified node whose parent was accepted (or that hangs off x0) was tried at its
-    confidence; it was a hit if it was accepted. The row's calibration learns from both (a head's probabilities
+) -> tuple[Float[Tensor, "batch n"], Bool[Tensor, "batch n"], Bool[Tensor, "batch n"]] | None:
+    """After step 4, what the head's guesses showed (None where no node was verified): the head's confidence in each
+    verified node, whether it was tried (its parent was accepted, or it hangs off x0; the head's own nodes off the
+    copy only, `head_guesses`) and whether it was accepted. A policy calibrates the head's probabilities by them (they
     can be far from how often its tokens are accepted)."""
     n = chosen.shape[1]
     if n == 0:
-        return
+        return None
     hit = torch.zeros(s.batch, n + 2, dtype=torch.bool, device=s.device)  # x0 at column 0, padding at n + 1
     hit[:, 0] = True
     hit.scatter_(1, torch.where(path >= 0, path + 1, n + 1), True)
     parent = tree.parent.gather(1, chosen)  # node indices
     slot = torch.searchsorted(chosen, parent.clamp(min=0))  # the parent's place among the chosen (parents first)
     parent_hit = torch.where(parent >= 0, hit.gather(1, slot + 1), True)
-    tried = parent_hit & valid & s.active[:, None]
-    size.calibrate(tree.confidence.gather(1, chosen), tried, hit[:, 1 : n + 1])
+    tried = parent_hit & head_guesses(tree, chosen, valid) & s.active[:, None]
+    return tree.confidence.gather(1, chosen), tried, hit[:, 1 : n + 1]
 
 
 def best_nodes(worth: Float[Tensor, "batch node"], n: int) -> tuple[Int[Tensor, "batch n"], Int[Tensor, "batch n"]]:

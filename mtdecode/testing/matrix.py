@@ -32,6 +32,7 @@ import transformers
 from mtdecode.costs import DraftCosts
 from mtdecode.generate import generate
 from mtdecode.model import CausalLM, UnsupportedModelError
+from mtdecode.policy import Adaptive
 from mtdecode.strategies import MTAD, Autoregressive, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing.families import decoder_only_families, tiny_family_model
 from mtdecode.testing.models import perturbed
@@ -63,7 +64,7 @@ def strategies(model) -> dict[str, Callable[[], object]]:
         "prompt_lookup": lambda: PromptLookup(2, 4),
         "lookahead": lambda: Lookahead(3, 3, 3, prompt_pool=True),
         "mtad": lambda: MTAD(model, 3, beam_width=1),
-        "eagle": lambda: Eagle(head(), depth=3, width=2, lookup=4, costs=EAGLE_COSTS, depth_cost=0.05),
+        "eagle": lambda: Eagle(head(), depth=3, width=2, lookup=4, policy=Adaptive(costs=EAGLE_COSTS, depth_cost=0.05)),
     }
 
 
@@ -189,7 +190,7 @@ def _model(family: str) -> tuple[object, str]:
 
 
 def _cell(adapter: CausalLM, make: Callable[[], object], expected: list[list[int]]) -> str:
-    """"exact", or the first way in which the strategy's rows differ from `expected`, or the error it raised."""
+    """ "exact", or the first way in which the strategy's rows differ from `expected`, or the error it raised."""
     try:
         strategy = make()
         batch = generate(adapter, [list(p) for p in PROMPTS], strategy, max_new_tokens=NEW_TOKENS, seed=0,
@@ -207,7 +208,7 @@ def _cell(adapter: CausalLM, make: Callable[[], object], expected: list[list[int
         if got != want:
             same = [a == b for a, b in zip(got, want, strict=False)]
             index = same.index(False) if False in same else len(same)
-            return f"mismatch ({label}, index {index}: {got[index:index + 3]} for {want[index:index + 3]})"
+            return f"mismatch ({label}, index {index}: {got[index : index + 3]} for {want[index : index + 3]})"
     return "exact"
 
 
