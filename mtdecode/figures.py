@@ -531,7 +531,7 @@ def record_forwards(
     - `model`, `prompt`, `max_new_tokens`, `options`: as for `mtdecode.generate` (one prompt).
     - `strategy`: any strategy; e.g. `Autoregressive()`, `Speculative(draft)`, `Eagle()`.
     - `costs`: per lane ("target", "draft", "head"), the cost of a forward over n tokens in units of a 1-token
-      target forward; None: `measured_costs` (for EAGLE, the strategy's `depth_cost` or the measured one).
+      target forward; None: `measured_costs` (for EAGLE, its policy's `depth_cost` or the measured one).
 
     **Returns:**
 
@@ -547,7 +547,7 @@ def record_forwards(
         head = strategy.head if strategy.head is not None else eagle.shipped_head(target)
         watched["head"] = head.layer  # the head's one decoder layer runs once per head forward
         if costs is None:
-            head_cost = strategy.depth_cost
+            head_cost = getattr(strategy.policy, "depth_cost", None)  # a fixed tree's policy prices no depth
             head_cost = tuning.measure_depth_cost(target, head, strategy.width) if head_cost is None else head_cost
     costs = costs if costs is not None else measured_costs(target, draft, head_cost)
     missing = set(watched) - set(costs)

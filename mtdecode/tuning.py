@@ -458,7 +458,7 @@ ACCEPTANCE_TOKENS, START = 64, 8
 def draft_acceptance(target: CausalLM, draft: CausalLM) -> float:
     """How often the draft's greedy guess is the target's greedy token, given the target's text so far: the chance
     that a first guess is accepted at temperature 0 (alpha in Leviathan et al., Section 3.1), which the stopping rule
-    takes as its prior (`DraftLength`'s `acceptance`). Scored on `ACCEPTANCE_TOKENS` tokens of the target's own greedy
+    takes as its prior (`rule_for`'s `acceptance`). Scored on `ACCEPTANCE_TOKENS` tokens of the target's own greedy
     continuation of `START` tokens it sampled with a fixed seed; measured once per pair of models and host and kept on
     disk like the costs (`mtdecode.store`), so that every process uses the same number."""
 
@@ -533,14 +533,14 @@ def jacobi_guesses(target: CausalLM, text: list[int], guess: int, tokens: int) -
 
 
 def draft_costs(target: CausalLM, draft: CausalLM, *, longest: int = 32) -> DraftCosts:
-    """One row's costs that `mtdecode.policy.rule.DraftLength` weighs, measured on this host: a draft forward and
+    """One row's costs that `mtdecode.policy.rule` weighs, measured on this host: a draft forward and
     target forwards over 1..`longest` tokens, in units of a 1-token target forward (`batch_draft_costs` for 1 row)."""
     return batch_draft_costs(target, draft, 1, longest=longest).at(1)
 
 
 def copy_costs(target: CausalLM, *, longest: int = 32) -> DraftCosts:
     """The same for guesses that cost nothing to make (prompt lookup copies them from the text), with the curve as
-    measured: `DraftLength.plan` weighs every width at once, so a wider forward that measured cheaper than a
+    measured: `Rule.plan` weighs every width at once, so a wider forward that measured cheaper than a
     narrower one is a real choice there (on some hosts 2 tokens cost more than 4)."""
     return batch_draft_costs(target, None, 1, longest=longest).at(1)
 

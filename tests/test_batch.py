@@ -28,6 +28,7 @@ from mtdecode import Sampler, generate
 from mtdecode.attention import GROUPED_SDPA
 from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.policy import Adaptive, rule
+from mtdecode.policy import batch as batch_rule
 from mtdecode.strategies import MTAD, Autoregressive, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.distribution import block_cells, exact_joint
@@ -258,7 +259,8 @@ INDEPENDENCE = {
 def patience_of_one(monkeypatch) -> None:
     """A batch that starts rested (`Speculative` under the batch rule) tries its first guess only with more than
     twice its patience left: with a patience of 1 step, the first of 3 tokens is a try."""
-    monkeypatch.setattr(rule, "PATIENCE", 1)
+    monkeypatch.setattr(rule, "PATIENCE", 1)  # read by the row rule and the batch rule
+    monkeypatch.setattr(batch_rule, "PATIENCE", 1)
 
 
 @pytest.mark.parametrize("name", INDEPENDENCE)

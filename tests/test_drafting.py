@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 import mtdecode
 from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.policy import Adaptive
-from mtdecode.policy.rule import BINS, DraftLength
+from mtdecode.policy.calibration import BINS
+from mtdecode.policy.rule import rule_for
 from mtdecode.strategies.speculative import Speculative
 from mtdecode.testing import assert_greedy_parity, tiny_model
 from mtdecode.testing.models import perturbed
@@ -34,7 +35,7 @@ def linear(draft: float, slope: float, sizes: int = 8) -> DraftCosts:
 
 def test_the_rule_by_hand():
     costs = linear(0.1, 0.2)
-    length = DraftLength(costs, batch=2, device=torch.device("cpu"))
+    length = rule_for(costs, batch=2, device=torch.device("cpu"))
     # no history: acceptance a = 1/2; guess 1 costs c + t(2) - t(1) = 0.3 against a rate of 1: 0.5 > 0.3
     assert length.start().tolist() == [True, True]
     # guess 1 drawn with confidence 0.9 (row 0) and 0.05 (row 1); calibrated = confidence (prior only)
@@ -47,7 +48,7 @@ def test_the_rule_by_hand():
 def test_a_chance_known_before_the_guess_replaces_the_rows_acceptance():
     """Copied tokens: the next one's chance is known before it is verified, and the rule weighs that instead of
     the row's acceptance a. Same numbers as the test above with a = 1/2, then with the next chance 0.3 and 0.9."""
-    length = DraftLength(linear(0.1, 0.2), batch=2, device=torch.device("cpu"))
+    length = rule_for(linear(0.1, 0.2), batch=2, device=torch.device("cpu"))
     # guess 1: 0.25 < 0.3 (no first guess) in row 0, 0.35 > 0.3 in row 1
     assert length.start(upcoming=torch.tensor([0.25, 0.35], dtype=torch.float64)).tolist() == [False, True]
     # after a guess of confidence 0.9 in both rows (pi_1 = 0.9, E(1) = 1.9, T(1) = 1.3, added 0.3: need > 0.57):
@@ -57,7 +58,7 @@ def test_a_chance_known_before_the_guess_replaces_the_rows_acceptance():
 
 
 def test_record_counts_the_guesses_each_row_tried():
-    length = DraftLength(linear(0.1, 0.2), batch=2, device=torch.device("cpu"))
+    length = rule_for(linear(0.1, 0.2), batch=2, device=torch.device("cpu"))
     length.start()
     for confidence in (0.95, 0.55, 0.15):
         length.more(torch.tensor([confidence, confidence], dtype=torch.float64))
@@ -66,7 +67,7 @@ def test_record_counts_the_guesses_each_row_tried():
     tries, hits = torch.zeros(2, BINS), torch.zeros(2, BINS)
     tries[0, 9] = tries[0, 5] = hits[0, 9] = 1
     tries[1, 9] = tries[1, 5] = hits[1, 9] = hits[1, 5] = 1
-    assert torch.equal(length.tries.float(), tries) and torch.equal(length.hits.float(), hits)
+    assert torch.equal(length.calibration.tries.float(), tries) and torch.equal(length.calibration.hits.float(), hits)
     # the prior of a bin is the confidence scaled by the row's accepted over expected guesses: row 0 kept 1 of guesses
     # of confidence 0.95 + 0.55, so (1 + 1) / (1.5 + 1) = 0.8; row 1 kept both, so (2 + 1) / (1.5 + 1) = 1.2.
     # Row 0's guesses of confidence 0.55 were rejected 1 time in 1: (0 + 2 * 0.55 * 0.8) / (1 + 2); row 1's were
@@ -81,7 +82,7 @@ def test_trust_earned_at_a_place_reaches_no_deeper_than_the_chains_verified():
     confidence 0.5, so its scale is (1 + 1) / (0.5 + 1) = 4/3; row 1 lost it: (0 + 1) / (0.5 + 1) = 2/3. A guess of
     confidence 0.6 in a bin never tried is then 0.6 x 4/3 = 0.8 at place 0 in row 0 and stays 0.6 at place 1, and
     0.6 x 2/3 = 0.4 at both places in row 1. Without places (a tree's nodes) the scale reaches every guess."""
-    length = DraftLength(linear(0.1, 0.2), batch=2, device=torch.device("cpu"))
+    length = rule_for(linear(0.1, 0.2), batch=2, device=torch.device("cpu"))
     length.start()
     length.more(torch.tensor([0.5, 0.5], dtype=torch.float64))
     length.record(drafted=torch.tensor([1, 1]), accepted=torch.tensor([1, 0]))
@@ -102,7 +103,7 @@ def test_a_planned_step_maximises_tokens_less_the_rows_rate_times_cost():
     rate so far (1 before any step); no history, so a chance is its own calibration. The host's 2-token forward is
     dearer than its 3-token one."""
     costs = DraftCosts(draft=0.0, target=[1.0, 1.3, 1.0, 1.05, 1.6])
-    length = DraftLength(costs, batch=3, device=torch.device("cpu"))
+    length = rule_for(costs, batch=3, device=torch.device("cpu"))
     chances = torch.tensor([[0.2, 0.5, 0.4, 0.9], [0.9, 0.9, 0.9, 0.9], [0.2, 0.5, 0.4, 0.9]], dtype=torch.float64)
     # row 0: E = 1, 1.2, 1.3, 1.34, 1.376 less T = 1, 1.3, 1.0, 1.05, 1.6: 0, -0.1, 0.3, 0.29, -0.224 -> k = 2,
     #   although one guess alone would not pay (the one-at-a-time rule stops before it: 0.2 < t(2) - t(1))
@@ -115,11 +116,15 @@ def test_a_planned_step_maximises_tokens_less_the_rows_rate_times_cost():
     # what `record` learns: row 0 verified 2 and kept 1, row 1 verified 4 and kept all, row 2 none
     length.plan(chances, available=torch.tensor([4, 4, 1]))
     length.record(drafted=torch.tensor([2, 4, 0]), accepted=torch.tensor([1, 4, 0]))
-    assert length.tries.sum(1).tolist() == [2, 4, 0] and length.hits.sum(1).tolist() == [1, 4, 0]
+    assert length.calibration.tries.sum(1).tolist() == [2, 4, 0] and length.calibration.hits.sum(1).tolist() == [
+        1,
+        4,
+        0,
+    ]
     # the rates: (1 + 2) / (1 + t(3)), (1 + 5) / (1 + t(5)), (1 + 1) / (1 + t(1))
     assert (length.gained / length.spent).tolist() == pytest.approx([3 / 2.0, 6 / 2.6, 1.0])
     # a row whose rate is high plans shorter: with r = 3, row 1's E - 3T is 3.439 - 3.15 at k = 3, 4.0951 - 4.8 at 4
-    fresh = DraftLength(costs, batch=3, device=torch.device("cpu"))  # no calibration yet: chances as given
+    fresh = rule_for(costs, batch=3, device=torch.device("cpu"))  # no calibration yet: chances as given
     fresh.gained[1], fresh.spent[1] = 3.0, 1.0
     assert fresh.plan(chances, available=torch.tensor([4, 4, 1]))[1] == 3
 
@@ -132,12 +137,12 @@ def test_a_steps_bookkeeping_is_paid_by_its_guesses():
     for overhead, planned in ((0.0, 1), (0.2, 0)):
         costs = DraftCosts(draft=0.0, target=[1.0, 1.0], overhead=overhead)
         assert costs.step(0) == 1.0 and costs.step(1) == 1.0 + overhead
-        length = DraftLength(costs, batch=1, device=torch.device("cpu"))
+        length = rule_for(costs, batch=1, device=torch.device("cpu"))
         assert int(length.plan(chances, available=torch.tensor([1]))) == planned
     # a = 1/2 against c + t(2) - t(1) = 0.3 (see the rule by hand), and 0.3 + o
-    assert DraftLength(linear(0.1, 0.2), 1, torch.device("cpu")).start().item()
+    assert rule_for(linear(0.1, 0.2), 1, torch.device("cpu")).start().item()
     dear = DraftCosts(draft=0.1, target=[1.0, 1.2], overhead=0.25)
-    assert not DraftLength(dear, 1, torch.device("cpu")).start().item()
+    assert not rule_for(dear, 1, torch.device("cpu")).start().item()
     assert mtdecode.tuning.step_overhead(1) == mtdecode.tuning.BOOKKEEPING and mtdecode.tuning.step_overhead(4) == 0
     with pytest.raises(ValueError, match="overhead"):
         DraftCosts(draft=0.0, target=[1.0, 1.0], overhead=-0.1)
@@ -147,7 +152,7 @@ def test_a_row_whose_guesses_lost_so_far_keeps_greedy_decodings_bar():
     """The one-row rule's r is never below 1, what plain steps make: a copy of chance 0.08 for one more token at
     0.1 of a step does not pay (1.08 - 1.1 < 1 - 1), even for a row whose rate so far is 1/2, for which
     E - r T would have verified it (1.08 - 0.55 > 1 - 0.5)."""
-    length = DraftLength(DraftCosts(draft=0.0, target=[1.0, 1.1]), batch=1, device=torch.device("cpu"))
+    length = rule_for(DraftCosts(draft=0.0, target=[1.0, 1.1]), batch=1, device=torch.device("cpu"))
     length.gained[0], length.spent[0] = 1.0, 2.0
     assert length.rate().tolist() == [1.0]
     assert int(length.plan(torch.tensor([[0.08]], dtype=torch.float64), available=torch.tensor([1]))) == 0
@@ -156,7 +161,7 @@ def test_a_row_whose_guesses_lost_so_far_keeps_greedy_decodings_bar():
 def test_a_row_that_plans_no_guess_tries_one_after_resting():
     """A guess of chance 0.3 does not pay for its place (1.3 tokens for 1.5), one always accepted would (2 for 1.5):
     the row tries one after `PATIENCE` idle steps."""
-    length = DraftLength(DraftCosts(draft=0.0, target=[1.0, 1.5, 2.0]), batch=1, device=torch.device("cpu"))
+    length = rule_for(DraftCosts(draft=0.0, target=[1.0, 1.5, 2.0]), batch=1, device=torch.device("cpu"))
     planned = []
     for _ in range(6):
         k = length.plan(torch.tensor([[0.3, 0.3]], dtype=torch.float64), available=torch.tensor([2]))
@@ -171,21 +176,21 @@ def test_what_the_rule_keeps_between_steps_is_renewed_by_every_verified_guess():
     all accepted: afterwards, a plan on the same chances equals one worked out afresh (on a copy), and the acceptance
     and its bound are the record's."""
     costs = DraftCosts(draft=0.0, target=[1.0, 1.02, 1.04, 1.06, 1.08])
-    length = DraftLength(costs, batch=2, device=torch.device("cpu"), acceptance=0.5)
+    length = rule_for(costs, batch=2, device=torch.device("cpu"), acceptance=0.5)
     chances = torch.full((2, 4), 0.6, dtype=torch.float64)
     available = torch.tensor([4, 4])
-    assert length.plan(chances, available).tolist() == [4, 4] and length.acceptance().tolist() == [0.5, 0.5]
-    length.optimistic()
+    assert length.plan(chances, available).tolist() == [4, 4] and length.calibration.acceptance().tolist() == [0.5, 0.5]
+    length.calibration.optimistic()
     for _ in range(3):
         k = length.plan(chances, available)
         length.record(drafted=k, accepted=torch.tensor([0, 1]) * k)
     kept = length.plan(chances, available)  # row 0's guesses of confidence 0.6 now hold about 9% of the time
     assert torch.equal(kept, length.plan(chances.clone(), available)) and kept.tolist() == [1, 4]
-    hits, tries = length.hits.sum(1), length.tries.sum(1)
+    hits, tries = length.calibration.hits.sum(1), length.calibration.tries.sum(1)
     acceptance = (hits + 2.0 * 0.5) / (tries + 2.0)  # PRIOR guesses at the prior
-    assert length.acceptance().tolist() == pytest.approx(acceptance.tolist())
+    assert length.calibration.acceptance().tolist() == pytest.approx(acceptance.tolist())
     bound = (acceptance + (acceptance * (1 - acceptance) / (tries + 2.0)).sqrt()).clamp(max=1)
-    assert length.optimistic().tolist() == pytest.approx(bound.tolist())
+    assert length.calibration.optimistic().tolist() == pytest.approx(bound.tolist())
 
 
 @given(

@@ -35,7 +35,8 @@ import mtdecode
 from mtdecode import tuning
 from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.policy import Adaptive
-from mtdecode.policy.rule import DraftLength
+from mtdecode.policy.batch import BatchRule
+from mtdecode.policy.rule import Rule, rule_for
 from mtdecode.strategies import MTAD, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.models import perturbed
@@ -125,17 +126,17 @@ def test_the_batch_rule_by_hand():
     chances = torch.tensor([[0.9, 0.9], [0.2, 0.2]], dtype=torch.float64)
     available = torch.tensor([2, 1])
     for left, planned in (([10, 10], [0, 0]), ([10, 2], [2, 1])):
-        length = DraftLength(together(2, 0.0, 0.5), batch=2, device=CPU, remaining=lambda left=left: torch.tensor(left))
+        length = rule_for(together(2, 0.0, 0.5), batch=2, device=CPU, remaining=lambda left=left: torch.tensor(left))
         length.calibrated = lambda chances, place=None: chances  # the chances as given, no calibration
         assert length.plan(chances, available).tolist() == planned
-    alone = DraftLength(linear(0.0, 0.5), batch=2, device=CPU)  # each row weighed alone
+    alone = rule_for(linear(0.0, 0.5), batch=2, device=CPU)  # each row weighed alone
     alone.calibrated = lambda chances, place=None: chances
     assert alone.plan(chances, available).tolist() == [2, 0]
     # a chain: a first guess for every row or for none. With a = 1/2 (no history) each row expects 1.5 tokens for a
     # step of cost 1 + c + t(2) - t(1) against 1 token for 1: 1.8 / 1.5 > 1 does not pay, 1.4 / 1.5 < 1 does
-    length = DraftLength(together(2, 0.3, 0.5), batch=2, device=CPU)
+    length = rule_for(together(2, 0.3, 0.5), batch=2, device=CPU)
     assert length.start(possible=torch.tensor([True, True])).tolist() == [False, False]
-    cheap = DraftLength(together(2, 0.1, 0.3), batch=2, device=CPU)
+    cheap = rule_for(together(2, 0.1, 0.3), batch=2, device=CPU)
     assert cheap.start(possible=torch.tensor([True, True])).tolist() == [True, True]
 
 
@@ -219,7 +220,7 @@ def test_a_batch_whose_guesses_do_not_pay_decodes_at_greedy_cost():
 
 def test_rows_rejoin_when_their_chances_rise():
     """A batch that verified nothing while its copies' chances were low verifies again once they are high."""
-    length = DraftLength(together(2, 0.0, 0.5), batch=2, device=CPU)
+    length = rule_for(together(2, 0.0, 0.5), batch=2, device=CPU)
     length.calibrated = lambda chances, place=None: chances
     available = torch.tensor([3, 3])
     low = torch.full((2, 3), 0.05, dtype=torch.float64)
@@ -235,7 +236,7 @@ def test_with_the_batch_rule_a_rows_own_record_scales_the_pooled_chance():
     rejected. The pool says 0.5 for a new guess at 0.5 ((6 + 2 x 0.5) / (12 + 2)); each row's own record scales it:
     row 0 accepted (6 + 2 x 1) / (3 + 2) = 1.6 times what the pool expects, row 1 (0 + 2) / 5 = 0.4 times: 0.8
     and 0.2. Before any guess both rows get the confidence itself."""
-    length = DraftLength(together(2, 0.0, 0.5), 2, CPU)
+    length = rule_for(together(2, 0.0, 0.5), 2, CPU)
     half = torch.full((2,), 0.5, dtype=torch.float64)
     assert length.calibrated(half).tolist() == [0.5, 0.5]
     hit = torch.tensor([[True] * 6, [False] * 6])
@@ -249,16 +250,16 @@ def test_with_the_batch_rule_the_slow_rows_own_acceptance_decides_the_first_gues
     costing 1.2 ends the batch 1.2 / 1.5 = 0.8 as late); row 1's own rate with the pool's as prior,
     (0 + 2 x 0.5) / (10 + 2) = 0.083, does not (1.2 / 1.083 = 1.11), and row 1 sets the batch's end: no row
     drafts. With the pooled rate for every row (the rule before it weighed each row's own), both would draft."""
-    length = DraftLength(together(2, 0.2, 0.0), 2, CPU, remaining=lambda: torch.tensor([20, 20]))
+    length = rule_for(together(2, 0.2, 0.0), 2, CPU, remaining=lambda: torch.tensor([20, 20]))
     for _ in range(10):
         length.start()
         length.more(torch.tensor([0.5, 0.5], dtype=torch.float64))
         length.record(torch.tensor([1, 1]), torch.tensor([1, 0]))
-    assert float(length.acceptance()[0]) == pytest.approx(0.5)
-    assert length.own_acceptance().tolist() == pytest.approx([11 / 12, 1 / 12])
+    assert float(length.calibration.acceptance()[0]) == pytest.approx(0.5)
+    assert length.calibration.own_acceptance().tolist() == pytest.approx([11 / 12, 1 / 12])
     assert length.start().tolist() == [False, False]
-    length.own_acceptance = length.acceptance  # the pooled rate for every row
-    length.known.clear()
+    length.calibration.own_acceptance = length.calibration.acceptance  # the pooled rate for every row
+    length.calibration.known.clear()
     assert length.start().tolist() == [True, True]
 
 
@@ -270,7 +271,7 @@ def test_a_try_after_which_the_batch_drafts_nothing_did_not_pay():
     high = torch.tensor([[1.0, 1.9], [1.0, 1.9]], dtype=torch.float64)
     available, yes = torch.tensor([1, 1]), torch.tensor([1, 1])
     for after, patience in ((low, 8), (high, 4)):
-        length = DraftLength(together(2, 0.0, 0.1), 2, CPU, wait_first=True)  # rested its patience: due to try
+        length = rule_for(together(2, 0.0, 0.1), 2, CPU, wait_first=True)  # rested its patience: due to try
         assert length.plan_expected(low, available).tolist() == [1, 1] and length.probing.all()  # the try
         length.record(yes, yes)  # both guesses held: it paid
         assert length.batch_patience == 4
@@ -280,7 +281,7 @@ def test_a_try_after_which_the_batch_drafts_nothing_did_not_pay():
 
 @pytest.mark.parametrize("name", ["speculative", "mtad", "jacobi"])
 def test_a_resting_batch_rests_on_without_weighing_and_chooses_as_if_it_had(name, monkeypatch):
-    """Speculative, MTAD and Jacobi ask `DraftLength.idle` before weighing a step: a batch that chose to rest and has
+    """Speculative, MTAD and Jacobi ask `BatchRule.idle` before weighing a step: a batch that chose to rest and has
     learned nothing since takes a plain step without the rule's weighing (`start`, `plan`) until its next try or
     until a row ends. Four ragged prompts whose rows end at different steps (row 1 at its EOS after 4 tokens, row 0
     after 35), a dear guess (t_4(2) = 1.5 t_4(1)) and an even prior: the batch tries one guess a row, then rests.
@@ -302,13 +303,13 @@ def test_a_resting_batch_rests_on_without_weighing_and_chooses_as_if_it_had(name
     def run() -> tuple:
         weighed = {"start": 0, "plan": 0}
         with monkeypatch.context() as m:
-            count_calls(m, DraftLength, "start", weighed, "start")
-            count_calls(m, DraftLength, "plan", weighed, "plan")
+            count_calls(m, Rule, "start", weighed, "start")
+            count_calls(m, Rule, "plan", weighed, "plan")
             result = mtdecode.generate(target, RAGGED, made(), max_new_tokens=40, eos_token_id=eos, pad_token_id=0)
         return result, weighed["start"] + weighed["plan"]
 
     resting, weighed_resting = run()
-    monkeypatch.setattr(DraftLength, "idle", lambda self, *args, **kwargs: False)
+    monkeypatch.setattr(BatchRule, "idle", lambda self, *args, **kwargs: False)
     weighing, weighed_always = run()
     assert resting.steps == weighing.steps and resting.stats.choices == weighing.stats.choices
     assert torch.equal(resting.tokens, weighing.tokens)
@@ -318,11 +319,11 @@ def test_a_resting_batch_rests_on_without_weighing_and_chooses_as_if_it_had(name
 
 
 def test_a_batch_that_ends_with_a_row_without_guesses_stays_without_weighing_them():
-    """`DraftLength.batch_stays`: where a row in play with nothing to verify has as many tokens left as any row, no
-    width ends the batch sooner (`batch_width` is 0), whatever E and whatever the other rows verify; the rule then
+    """`BatchRule.stays`: where a row in play with nothing to verify has as many tokens left as any row, no
+    width ends the batch sooner (`width` is 0), whatever E and whatever the other rows verify; the rule then
     plans without E. Checked on 3,000 random steps (seeded): 2 to 6 rows, tokens left 1 to 12 (rows ended, 0, out of
     play), 0 to 5 guesses per row, E(0..5) rising from 1 per row, a curve rising from 1 (one in four with a dip below
-    t(1), which `batch_stays` must see) and a margin of 0 to 0.2. It must not claim a step that a width would speed
+    t(1), which `stays` must see) and a margin of 0 to 0.2. It must not claim a step that a width would speed
     up, and it must claim most steps that have a resting row with the most tokens left."""
     generator = torch.Generator().manual_seed(0)
     claimed = resting_slowest = 0
@@ -335,22 +336,22 @@ def test_a_batch_that_ends_with_a_row_without_guesses_stays_without_weighing_the
             steps[int(torch.randint(0, 5, (1,), generator=generator))] = 0.8
         margin = float(torch.rand(1, generator=generator)) * 0.2
         costs = BatchCosts({rows: DraftCosts(0.0, [1.0, *steps.tolist()])}, margin=margin)
-        length = DraftLength(costs, rows, CPU, remaining=lambda left=left: left)
+        length = rule_for(costs, rows, CPU, remaining=lambda left=left: left)
         gains = torch.rand(rows, 5, generator=generator, dtype=torch.float64)
         expected = torch.cat([torch.ones(rows, 1, dtype=torch.float64), 1 + gains.cumsum(1)], dim=1)  # E(0..5)
         play = left > 0
         length.playing = play
-        stays = length.batch_stays(available)
+        stays = length.stays(available)
         if stays:
             claimed += 1
-            assert length.batch_width(expected, available) == 0, (left, available, expected)
+            assert length.width(expected, available) == 0, (left, available, expected)
         resting = play & (available == 0)
         resting_slowest += bool(resting.any()) and int(left[resting].max()) == int(left[play].max())
     assert claimed > resting_slowest / 2 > 100
 
 
 def test_prompt_lookups_batch_that_stays_plans_as_if_it_weighed_every_step(monkeypatch):
-    """Prompt lookup over four ragged prompts at t_4(n) = 1 + 0.2 (n - 1): the steps where `batch_stays` spares the
+    """Prompt lookup over four ragged prompts at t_4(n) = 1 + 0.2 (n - 1): the steps where `stays` spares the
     copies' chances (`CopyRecord.chances`) give every step, every choice and every token of a run that weighs them
     at every step, and they spare more than a quarter of the weighings."""
     target = pair()[0]
@@ -364,7 +365,7 @@ def test_prompt_lookups_batch_that_stays_plans_as_if_it_weighed_every_step(monke
         return result, weighed["chances"]
 
     staying, weighed_staying = run()
-    monkeypatch.setattr(DraftLength, "batch_stays", lambda self, available: False)
+    monkeypatch.setattr(BatchRule, "stays", lambda self, available: False)
     weighing, weighed_always = run()
     assert staying.steps == weighing.steps and staying.stats.choices == weighing.stats.choices
     assert torch.equal(staying.tokens, weighing.tokens)
@@ -373,9 +374,9 @@ def test_prompt_lookups_batch_that_stays_plans_as_if_it_weighed_every_step(monke
 
 
 def test_a_resting_batch_weighs_again_when_its_rows_change():
-    """`DraftLength.idle(rows=...)`: a batch that rested in a step with the given rows rests on while the rows that
+    """`BatchRule.idle(rows=...)`: a batch that rested in a step with the given rows rests on while the rows that
     may draft are those; a row that ended (or has no room for a guess) makes it weigh the step afresh."""
-    length = DraftLength(together(3, 0.0, 0.5), 3, CPU)
+    length = rule_for(together(3, 0.0, 0.5), 3, CPU)
     rows = torch.tensor([True, True, True])
     length.rest(rows)
     assert length.idle(rows=rows) and length.idle()
@@ -618,11 +619,11 @@ def test_a_batch_that_waits_first_tries_only_if_the_try_pays_for_its_catch_up():
     """The rule by hand: with `wait_first`, the first step is a try, weighed with the draft's catch-up (`reading`)
     and its other work (`extra`); without it, the first step drafts whatever it costs."""
     costs = together(4, 0.0, 0.1)  # one more token per row: 0.1 of a step
-    waiting = DraftLength(costs, 4, CPU, wait_first=True)
+    waiting = rule_for(costs, 4, CPU, wait_first=True)
     assert not waiting.idle(reading=0.0) and not waiting.idle(reading=0.1, extra=0.1)
     assert waiting.idle(reading=5.0) and waiting.idle(reading=0.0, extra=5.0)
-    assert not DraftLength(costs, 4, CPU).idle(reading=5.0)  # not waiting: the first step drafts
-    assert not DraftLength(together(1, 0.0, 0.1), 1, CPU, wait_first=True).idle(reading=5.0)  # the row rule: no rest
+    assert not rule_for(costs, 4, CPU).idle(reading=5.0)  # not waiting: the first step drafts
+    assert not rule_for(together(1, 0.0, 0.1), 1, CPU, wait_first=True).idle(reading=5.0)  # the row rule: no rest
 
 
 def test_a_waiting_batch_begins_to_draft_only_with_a_try():
@@ -638,8 +639,8 @@ def test_a_waiting_batch_begins_to_draft_only_with_a_try():
     def left() -> torch.Tensor:
         return torch.tensor([200, 200])
 
-    assert DraftLength(costs, 2, CPU, remaining=left).start(unread=40).tolist() == [True, True]
-    waiting = DraftLength(costs, 2, CPU, remaining=left, wait_first=True)
+    assert rule_for(costs, 2, CPU, remaining=left).start(unread=40).tolist() == [True, True]
+    waiting = rule_for(costs, 2, CPU, remaining=left, wait_first=True)
     assert waiting.start(unread=40).tolist() == [False, False]  # the read is dearer than any try could win back
     waiting.record(torch.tensor([0, 0]), torch.tensor([0, 0]))
     assert waiting.start(unread=1).tolist() == [True, True] and waiting.probing.all()  # a try: one guess a row

@@ -61,7 +61,7 @@ def test_prompt_lookup_sampling_matches_autoregressive():
 
 
 def test_prompt_lookup_sampling_with_the_rule_matches_autoregressive():
-    """The default rule (`DraftLength.plan`) chooses how many copied tokens to verify from the row's earlier steps
+    """The default rule (`Rule.plan`) chooses how many copied tokens to verify from the row's earlier steps
     only; on a host whose 2-token forward is dearer than its 3-token one it verifies 0 or 1 of them at the
     second step depending on the first step's outcome (checked first), and the law is still p. (Copied tokens are
     not drawn: whether a step verifies one or not, its output at that position is p, so even a rule that read p

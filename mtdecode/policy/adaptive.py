@@ -2,7 +2,7 @@
 
 `Adaptive` holds what the rule weighs (costs and a prior acceptance, measured on this host and kept on disk where
 not given: `mtdecode.tuning`). Each kind of guess gets its plan for a run from it, which asks the rule
-(`mtdecode.policy.rule.DraftLength`) at the strategy's fixed points and words what it chose for `Stats.choices`
+(`mtdecode.policy.rule`) at the strategy's fixed points and words what it chose for `Stats.choices`
 (`mtdecode.policy.report`).
 """
 
@@ -16,7 +16,7 @@ from mtdecode.costs import BatchCosts, DraftCosts, candidate_costs
 from mtdecode.model import Runner
 from mtdecode.policy.records import SUITE_RATES, CandidateRecord, CopyRecord, PlaceRecord
 from mtdecode.policy.report import block_choice, candidate_choice, copy_choice, rule_choice, tree_choice
-from mtdecode.policy.rule import DraftLength, expected_tokens
+from mtdecode.policy.rule import expected_tokens, rule_for
 from mtdecode.session import Session
 from mtdecode.strategy import check_chance
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
@@ -141,7 +141,7 @@ class Chain:
     ) -> None:
         self.most = most
         # in a batch, the draft's first read of the prompts bets on an acceptance not yet seen: only a try makes it
-        self.rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior,
+        self.rule = rule_for(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior,
                                 wait_first=True)  # fmt: skip
         s.record_choice(lambda: rule_choice(name, self.rule, s.steps, drafting=drafting))  # for `Stats.choices`
 
@@ -176,12 +176,12 @@ class Copies:
 
     def __init__(self, s: Session, costs: DraftCosts | BatchCosts, most: int) -> None:
         self.most = most
-        self.rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
+        self.rule = rule_for(costs, s.batch, s.device, remaining=lambda: s.remaining)
         self.copies = CopyRecord(s.batch, SUITE_RATES)
         s.record_choice(lambda: copy_choice("PromptLookup", self.rule, s.steps))  # for `Stats.choices`
 
     def verify(self, copied: list[list[int]], matched: list[int], rows: Bool[Tensor, " batch"]) -> list[list[int]]:
-        """The prefix of each row's copy to verify (`DraftLength.plan_expected`), each copied token counting with its
+        """The prefix of each row's copy to verify (`Rule.plan_expected`), each copied token counting with its
         row's rate of acceptance after a run as long as the one before it (the copy followed `matched[b]` agreeing
         tokens), known before anything is verified. Those rates are the row's record of acceptance already, so they
         are not calibrated again as a draft's confidence is. `rows`: those still decoding."""
@@ -189,7 +189,7 @@ class Copies:
 
         def expected() -> Float[Tensor, "batch options"]:  # E(0..longest copy), where the rule weighs it
             chances = self.copies.chances(max(map(len, copied), default=0), matched)  # (batch, longest copy)
-            return expected_tokens(chances.to(self.rule.hits.device).cumprod(1))
+            return expected_tokens(chances.to(self.rule.device).cumprod(1))
 
         keep = self.rule.plan_expected(expected, available, rows).tolist()
         return [row[:n] for row, n in zip(copied, keep, strict=True)]
@@ -208,8 +208,8 @@ class Block:
 
     def __init__(self, s: Session, costs: DraftCosts | BatchCosts, prior: float, most: int) -> None:
         self.most = most
-        self.rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior)
-        self.places = PlaceRecord(s.batch, most, pooled=self.rule.together, first=prior)
+        self.rule = rule_for(costs, s.batch, s.device, remaining=lambda: s.remaining, acceptance=prior)
+        self.places = PlaceRecord(s.batch, most, pooled=self.rule.pools_rows, first=prior)
         self.resting = False
         s.record_choice(lambda: block_choice(self.rule, s.steps))  # for `Stats.choices`
 
@@ -238,7 +238,7 @@ class Candidates:
     ) -> None:
         #: (W, N, G), or None where no setting is predicted to beat greedy decoding on this host
         self.settings = settings
-        self.rule = None if costs is None else DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining)
+        self.rule = None if costs is None else rule_for(costs, s.batch, s.device, remaining=lambda: s.remaining)
         self.candidates = None
         if self.rule is not None and settings is not None:
             self.candidates = CandidateRecord(s.batch, settings[2])
@@ -255,7 +255,7 @@ class Candidates:
             return found
         available = torch.tensor([len(row) for row in found], device="cpu")
         expected = self.candidates.expected(max(map(len, found), default=0))
-        keep = self.rule.plan_expected(expected.to(self.rule.hits.device), available, rows).tolist()
+        keep = self.rule.plan_expected(expected.to(self.rule.device), available, rows).tolist()
         return [row[:k] for row, k in zip(found, keep, strict=True)]
 
     def record(self, tried: list[list[list[int]]], candidate: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]):
@@ -277,7 +277,7 @@ class Tree:
     ) -> None:
         self.depth_cost, self.read_cost, self.first = depth_cost, read_cost, first
         # with the batch rule, the batch's first tree is a try: made only if it would pay for the prompts' read
-        self.rule = DraftLength(costs, s.batch, s.device, remaining=lambda: s.remaining, wait_first=True)
+        self.rule = rule_for(costs, s.batch, s.device, remaining=lambda: s.remaining, wait_first=True)
         self.active = lambda: s.active
         s.record_choice(lambda: tree_choice(self.rule, depth_cost, s.steps))  # for `Stats.choices`
 
@@ -332,7 +332,7 @@ class Tree:
 
     def rests_after(self, verified: Int[Tensor, " batch"]) -> bool:
         """Whether a batch whose rows verified `verified` nodes starts a rest at once (no row verified one)."""
-        return self.rule.together and not bool(verified.any())
+        return self.rule.pools_rows and not bool(verified.any())
 
 
 def reading_cost(read_cost: float, entries: int) -> float:

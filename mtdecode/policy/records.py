@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
-from mtdecode.policy.rule import PRIOR, chain_outcome, pooled
+from mtdecode.policy.calibration import PRIOR, pooled
+from mtdecode.policy.rule import chain_outcome
 from mtdecode.tensor_types import Float, Int, Tensor
 
 #: how often a copied token held after a run of 1, 2, ..., 8 or more agreeing tokens, over greedy's answers to the

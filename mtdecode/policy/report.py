@@ -2,19 +2,20 @@
 
 from collections.abc import Sequence
 
-from mtdecode.policy.rule import DraftLength
+from mtdecode.policy.batch import BatchRule
+from mtdecode.policy.rule import Rule
 from mtdecode.session import Choice, Step
 
 
 def drafting_choice(
-    strategy: str, rule: DraftLength, steps: Sequence[Step], *, guesses: str, pays: str, fix: str, fallback: bool = True
+    strategy: str, rule: Rule, steps: Sequence[Step], *, guesses: str, pays: str, fix: str, fallback: bool = True
 ) -> Choice:
     """What `rule` chose over a run, for `Stats.choices`: how many `guesses` (e.g. "guesses", "copied tokens") the
     row `steps` that drafted verified on average, and how many row steps drafted nothing because no guess paid.
 
     **Arguments:**
 
-    - `strategy`: the strategy's name; `rule`: its `DraftLength`; `steps`: every row step of the run.
+    - `strategy`: the strategy's name; `rule`: its `Rule`; `steps`: every row step of the run.
     - `pays`: the rule's break-even, worded to follow "because" (e.g. "the row's acceptance stayed below 62%").
     - `fix`: how to fix the number of guesses instead of leaving it to the rule.
     - `fallback`: whether a run with no drafting step decoded greedily (False for a strategy that does other work
@@ -33,10 +34,10 @@ def drafting_choice(
     return Choice(strategy, setting, f"{declined} row steps drafted nothing because {pays}")
 
 
-def rule_choice(name: str, length: DraftLength, steps: list[Step], *, drafting: str = "a draft forward") -> Choice:
+def rule_choice(name: str, length: Rule, steps: list[Step], *, drafting: str = "a draft forward") -> Choice:
     """What the stopping rule chose over the run (`Stats.choices`), with its break-even: a first guess pays only
     while the row's acceptance a exceeds (c + t(2) - t(1)) / t(1) (the rule with i = 0); where a batch that starts
-    rested (`DraftLength`'s `wait_first`) never drafted, the try that must pay for the draft's reading of the prompts.
+    rested (`BatchRule`'s `wait_first`) never drafted, the try that must pay for the draft's reading of the prompts.
     `drafting` names what c pays for (MTAD: a depth of its beams)."""
     c = length.costs
     added = c.t(2) - c.t(1)
@@ -44,19 +45,21 @@ def rule_choice(name: str, length: DraftLength, steps: list[Step], *, drafting: 
         f"the row's acceptance so far was below the {(c.draft + added) / c.step(0):.0%} at which a first guess "
         f"pays ({drafting} costs {c.draft:.2f} of a 1-token target forward, one more verified token {added:.2f})"
     )
-    if length.waiting:  # a batch that never drafted: its first drafting step must be a try (`wait_first`)
+    if (
+        isinstance(length, BatchRule) and length.waiting
+    ):  # a batch that never drafted: its first drafting step must be a try (`wait_first`)
         pays = (
             f"the batch starts rested and no try paid or was due: a try of a guess a row must pay for the draft's "
             f"reading of the prompts ({length.asked:.2f} of a 1-token target forward; {drafting} "
-            f"{c.draft:.2f}) at an optimistic {float(length.optimistic()[0]):.0%} acceptance"
+            f"{c.draft:.2f}) at an optimistic {float(length.calibration.optimistic()[0]):.0%} acceptance"
         )
     fix = f"{name}(draft, num_draft_tokens=k) drafts k guesses every step"
     return drafting_choice(name, length, steps, guesses="guesses", pays=pays, fix=fix)
 
 
-def copy_choice(name: str, length: DraftLength, steps: list[Step]) -> Choice:
+def copy_choice(name: str, length: Rule, steps: list[Step]) -> Choice:
     """What the rule chose over the run (`Stats.choices`), with its break-even: verifying a copy's first token pays
-    only while its chance of acceptance exceeds r (t(2) - t(1)), r the row's rate so far (`DraftLength.plan`)."""
+    only while its chance of acceptance exceeds r (t(2) - t(1)), r the row's rate so far (`Rule.plan`)."""
     added = length.costs.t(2) - length.costs.t(1)
     pays = (
         f"no prefix of the copy was expected to pay for its tokens in the forward (one more verified token costs "
@@ -66,7 +69,7 @@ def copy_choice(name: str, length: DraftLength, steps: list[Step]) -> Choice:
     return drafting_choice(name, length, steps, guesses="copied tokens", pays=pays, fix=fix)
 
 
-def block_choice(rule: DraftLength, steps: list[Step]) -> Choice:
+def block_choice(rule: Rule, steps: list[Step]) -> Choice:
     """What the rule chose over the run (`Stats.choices`): how many guesses the steps verified, and how many row
     steps verified none because none was expected to pay for its place in the forward."""
     added = rule.costs.t(2) - rule.costs.t(1)
@@ -78,7 +81,7 @@ def block_choice(rule: DraftLength, steps: list[Step]) -> Choice:
     return drafting_choice("Jacobi", rule, steps, guesses="guesses", pays=pays, fix=fix)
 
 
-def candidate_choice(rule: DraftLength, ngram: int, steps: list[Step]) -> Choice:
+def candidate_choice(rule: Rule, ngram: int, steps: list[Step]) -> Choice:
     """What the candidate rule chose over the run (`Stats.choices`): how many candidates the steps verified, and how
     many row steps verified none of the pool's candidates because none was expected to pay for its tokens. The
     window still runs in those steps, so the run is never called greedy on this account."""
@@ -90,7 +93,7 @@ def candidate_choice(rule: DraftLength, ngram: int, steps: list[Step]) -> Choice
     return drafting_choice("Lookahead", rule, steps, guesses="candidates", pays=pays, fix=fix, fallback=False)
 
 
-def tree_choice(size: DraftLength, depth_cost: float, steps: list[Step]) -> Choice:
+def tree_choice(size: Rule, depth_cost: float, steps: list[Step]) -> Choice:
     """What the tree-size rule chose over the run (`Stats.choices`), with what it weighs: a node is verified only
     while its chance of acceptance pays for its place in the target forward at the row's rate so far, and a depth
     is grown only while its nodes' chances pay for one more head forward (`depth_cost`)."""

@@ -47,7 +47,7 @@ With the batch rule (`mtdecode.policy.rule`, batch > 1), a batch whose last step
 rests: it takes plain steps, the head does no work (it reads features and scores a first depth
 in every step it drafts; one more depth alone costs a sixth of a batched step at 16 rows on the
 2-core host), and the target's features wait for it; after `PATIENCE` such steps, or as soon as
-a copy alone would pay, the head reads them in one forward and drafts again (`DraftLength.idle`,
+a copy alone would pay, the head reads them in one forward and drafts again (`mtdecode.policy`,
 `rest_step`). The batch's first tree is such a try too: it is drafted only if it could pay for
 the head's reading of the prompts (`read_cost`) and its step's work beside the target's forward. A step whose
 tree no row verifies starts a rest at once: the head does not read its features either. That work (the head's
@@ -313,7 +313,7 @@ def find_copies(s: Session, most: int, ngram: int, record: CopyRecord) -> Copy:
 def copy_alone(
     copy: Copy | None, active: Bool[Tensor, " batch"]
 ) -> tuple[Float[Tensor, "batch options"] | None, Int[Tensor, " batch"] | None]:
-    """What each row's copy alone would bring, for `DraftLength.idle`: E(0..longest) if row b verified its first k
+    """What each row's copy alone would bring, for the plan's rests: E(0..longest) if row b verified its first k
     copied tokens, and how many it has (0 for a finished row); (None, None) without a copy."""
     if copy is None:
         return None, None
