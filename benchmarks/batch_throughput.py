@@ -21,7 +21,7 @@ reasons. The column "fastest" divides a runner's fastest tokens/s by greedy's fa
 greedy runs of its pairs with `--paired`, else one per round); the floor below is checked on it, beside the median.
 
 For each batch it prints the measured forward costs t(B, n) / t(B, 1) that the rules weigh
-(`mtdecode.tuning.batch_seconds`), then per strategy: tokens/s, the ratio to batched greedy, the
+(`mtdecode.costs.curves.batch_seconds`), then per strategy: tokens/s, the ratio to batched greedy, the
 modelled ratio (the last run's target and draft forwards priced by the measured t(B, n), against
 greedy's priced alike: a figure without the host's scatter, which leaves out EAGLE's head and every
 step's bookkeeping), the milliseconds per target forward that the last run spent outside the forwards ("beside":
@@ -72,8 +72,8 @@ from tqdm import tqdm
 
 import mtdecode
 from mtdecode import model as adapter
-from mtdecode import tuning
 from mtdecode.bench import hold_freed_memory, load_suite
+from mtdecode.costs import curves, probes
 from mtdecode.generate import Stats
 from mtdecode.strategies import MTAD, REGISTRY, Autoregressive, needs_draft
 
@@ -154,9 +154,9 @@ def forwards_fed(models: dict):
 
 
 def modelled_seconds(fed: list, models: dict) -> float:
-    """What the recorded forwards cost by the forward costs measured on this host (`tuning.batch_seconds`): a figure
+    """What the recorded forwards cost by the forward costs measured on this host (`curves.batch_seconds`): a figure
     without the host's scatter, and without anything besides the forwards (EAGLE's head, the steps' bookkeeping)."""
-    return sum(tuning.batch_seconds(models[name], rows, tokens) for name, rows, tokens, _ in fed)
+    return sum(curves.batch_seconds(models[name], rows, tokens) for name, rows, tokens, _ in fed)
 
 
 def beside_forwards(seconds: float, fed: list) -> float:
@@ -499,20 +499,20 @@ def strategies(draft, only: list[str] | None = None) -> dict:
 
 
 def cost_line(model, batch: int) -> str:
-    """t(B, n) / t(B, 1) for a few n, t(B, 1) / t(1, 1), and the batch rule's margin (`tuning.batch_margin`: kept
+    """t(B, n) / t(B, 1) for a few n, t(B, 1) / t(1, 1), and the batch rule's margin (`curves.batch_margin`: kept
     with t(B, n), it grows with how uncertain their measurement is, and a large one keeps the batch from guessing)."""
-    one = tuning.batch_seconds(model, batch, 1)
-    curve = ", ".join(f"{n}: {tuning.batch_seconds(model, batch, n) / one:.2f}" for n in (2, 4, 8, 16, 32))
-    unit = tuning.batch_seconds(model, 1, 1)
-    margin = tuning.batch_margin(model, batch)
+    one = curves.batch_seconds(model, batch, 1)
+    curve = ", ".join(f"{n}: {curves.batch_seconds(model, batch, n) / one:.2f}" for n in (2, 4, 8, 16, 32))
+    unit = curves.batch_seconds(model, 1, 1)
+    margin = curves.batch_margin(model, batch)
     return f"t({batch}, n) / t({batch}, 1): {curve}; t({batch}, 1) = {one / unit:.2f} t(1, 1); margin {margin:.3f}"
 
 
 def beam_depth_line(model, draft, width: int, batch: int) -> str:
-    """MTAD's guess cost at this batch (`tuning.measure_beam_depth_cost`: a draft forward over W beam tokens per row
+    """MTAD's guess cost at this batch (`probes.measure_beam_depth_cost`: a draft forward over W beam tokens per row
     and their children's scoring) beside a draft forward over W tokens alone, both in units of t(1, 1)."""
-    depth = tuning.measure_beam_depth_cost(model, draft, width, batch)
-    forward = tuning.batch_seconds(draft, batch, width) / tuning.batch_seconds(model, 1, 1)
+    depth = probes.measure_beam_depth_cost(model, draft, width, batch)
+    forward = curves.batch_seconds(draft, batch, width) / curves.batch_seconds(model, 1, 1)
     return f"MTAD's depth of {width} beams: {depth:.2f} t(1, 1), of which the draft's forward alone {forward:.2f}"
 
 
@@ -580,13 +580,13 @@ def limit(
             f"limited by the steps' cost beside the forwards: their forwards alone model {modelled:.2f}x, and the run "
             f"spent {beside[0]:.1f} ms per target forward outside them against greedy's {beside[1]:.1f} ms"
         )
-    one = tuning.batch_seconds(model, batch, 1)
-    added = tuning.batch_seconds(model, batch, 2) / one - 1
-    unit = tuning.batch_seconds(model, 1, 1)
+    one = curves.batch_seconds(model, batch, 1)
+    added = curves.batch_seconds(model, batch, 2) / one - 1
+    unit = curves.batch_seconds(model, 1, 1)
     if isinstance(strategy, MTAD):
-        added += tuning.measure_beam_depth_cost(model, draft, strategy.beam_width, batch) * unit / one
+        added += probes.measure_beam_depth_cost(model, draft, strategy.beam_width, batch) * unit / one
     elif needs_draft(type(strategy)):
-        added += tuning.draft_forward_cost(model, draft, batch) * unit / one
+        added += curves.draft_forward_cost(model, draft, batch) * unit / one
     return (
         f"limited by t({batch}, n): a first guess costs {added:.2f} of a batched greedy step, and the rows accepted "
         f"{stats.mean_accepted:.2f} guesses per forward"
@@ -629,9 +629,9 @@ def main() -> None:
     made = strategies(draft, args.strategies)
     print("measuring t(B, n) where it is not kept yet ...", flush=True)
     for batch in args.batches:  # measured before any race (and kept on disk), so no race pays for it
-        tuning.batch_draft_costs(model, draft, batch), tuning.batch_draft_costs(model, None, batch)
+        curves.batch_draft_costs(model, draft, batch), curves.batch_draft_costs(model, None, batch)
         if "mtad" in made:
-            tuning.measure_beam_depth_cost(model, draft, made["mtad"].beam_width, batch)
+            probes.measure_beam_depth_cost(model, draft, made["mtad"].beam_width, batch)
     figures = []
     for batch in args.batches:
         for set_name in args.sets:

@@ -21,10 +21,10 @@ from collections import Counter
 import torch
 
 import mtdecode
-from mtdecode import tuning
 from mtdecode.bench import cpu_model, load_suite, tokenize
+from mtdecode.costs import curves
+from mtdecode.costs.probes import depth_timings, measure_depth_cost
 from mtdecode.strategies import Eagle, eagle
-from mtdecode.tuning import depth_timings, measure_depth_cost
 from mtdecode.zoo.eagle import TREE_WIDTH
 from mtdecode.zoo.int8 import exact_int_mm
 
@@ -51,7 +51,7 @@ def main() -> None:
             f"W={w}: {measure_depth_cost(target, head, w):.3f}" for w in (1, 2, 4, 8)))  # fmt: skip
         parts = depth_timings(head, args.width, repeats=20)
         print(f"  one depth of W={args.width}, in ms: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in parts.items()))
-    curve = tuning.measured_curve(target, 32)
+    curve = curves.measured_curve(target, 32)
     print("target forward over n tokens, against 1: " + ", ".join(f"{n}: {curve[n - 1]:.2f}" for n in (2, 4, 8, 16)))
     for form, head in heads.items():
         print(f"{form} head:")

@@ -1,10 +1,10 @@
-"""Lookahead's tokens per target forward over a grid of (W, N, G), and the hit rates `mtdecode.tuning` assumes.
+"""Lookahead's tokens per target forward over a grid of (W, N, G), and the hit rates `mtdecode.policy.search` assumes.
 
 For each setting, a few chat prompts (pool from the window only) and code-editing prompts
 (pool also seeded from the prompt) are decoded greedily. Printed per setting: tokens per
 target forward, and that divided by the measured relative cost of its (W + G)(N - 1)-token
-forward (the speed-up `tuning.choose` would predict from it). Last, the hit rate a that
-fits `tuning.expected_tokens` best (least squares over the grid) for each prompt set.
+forward (the speed-up `search.choose` would predict from it). Last, the hit rate a that
+fits `search.expected_tokens` best (least squares over the grid) for each prompt set.
 
     python benchmarks/lookahead_grid.py [--windows 1 2 3 4] [--ngrams 2 3 4] [--guesses 1 2 4] [--new-tokens 64]
 """
@@ -15,8 +15,9 @@ import itertools
 from tqdm import tqdm
 
 import mtdecode
-from mtdecode import tuning
+from mtdecode.costs import curves, timing
 from mtdecode.demo import print_table
+from mtdecode.policy import search
 from mtdecode.strategies import Lookahead
 
 from speedup import CHAT, CODE
@@ -31,7 +32,7 @@ def main() -> None:
     args = parser.parse_args()
 
     model, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
-    costs = tuning.forward_costs(model)
+    costs = timing.forward_costs(model)
 
     def encode(text: str) -> list[int]:
         return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)[
@@ -58,7 +59,7 @@ def main() -> None:
 
     rows = []
     for w, n, g in grid:
-        cost = tuning.relative_cost(costs, (w + g) * (n - 1))
+        cost = curves.relative_cost(costs, (w + g) * (n - 1))
         row = [w, n, g, (w + g) * (n - 1), f"{cost:.2f}"]
         for name in sets:
             row += [f"{measured[name][w, n, g]:.2f}", f"{measured[name][w, n, g] / cost:.2f}"]
@@ -74,9 +75,9 @@ def main() -> None:
 
 
 def fit_error(measured: dict[tuple[int, int, int], float], a: float, prompt_pool: bool) -> float:
-    """Squared error of `tuning.expected_tokens` with hit rate a against measured tokens per forward."""
+    """Squared error of `search.expected_tokens` with hit rate a against measured tokens per forward."""
     return sum(
-        (tuning.expected_tokens(w, n, g, a, prompt_pool=prompt_pool) - value) ** 2
+        (search.expected_tokens(w, n, g, a, prompt_pool=prompt_pool) - value) ** 2
         for (w, n, g), value in measured.items()
     )
 

@@ -22,7 +22,6 @@ import argparse
 from tqdm import tqdm
 
 import mtdecode
-from mtdecode import tuning
 from mtdecode.bench import (
     HF_PROMPT_LOOKUP_TOKENS,
     TABLE_HEADER,
@@ -34,6 +33,7 @@ from mtdecode.bench import (
     table,
 )
 from mtdecode.demo import print_table
+from mtdecode.policy import report
 from mtdecode.strategies import REGISTRY, Autoregressive, Lookahead, needs_draft
 
 CHAT = [
@@ -140,7 +140,7 @@ def main() -> None:
         for contender in contenders.values():  # warm-up (and lookahead's one-off measurement of its forwards)
             contender(prompts[0][:8])
         if any(name.startswith("lookahead") for name in contenders):
-            for line in tuning.explain(model):
+            for line in report.explain(model):
                 print(f"tuned in this process: {line}")
         with tqdm(total=args.rounds * len(prompts) * len(contenders), desc="interleaved runs", unit="run") as bar:
             tallies = race(contenders, prompts * args.rounds, lambda _: bar.update())

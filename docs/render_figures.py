@@ -138,13 +138,13 @@ def smollm2_runs() -> dict:
     """The real runs the teaching figures draw, recorded once and drawn in both colour schemes: SmolLM2 with
     `Lookahead(4, 4, 3)` on notebook 4's prompt, `Eagle()` on the longer code edit of notebook 5, and greedy,
     speculative (the shipped draft) and EAGLE on notebook 3's chat prompt and on that code edit. Costs are the
-    reference costs (`tuning.use_reference_costs`), so the timelines do not depend on this host's load."""
+    reference costs (`timing.use_reference_costs`), so the timelines do not depend on this host's load."""
     import mtdecode
     import mtdecode.figures
-    from mtdecode import tuning
+    from mtdecode.costs import timing
     from mtdecode.strategies import Autoregressive, Eagle, Lookahead, Speculative
 
-    tuning.use_reference_costs()
+    timing.use_reference_costs()
     smol, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
     text = mtdecode.figures.token_text(tokenizer)
     chat = lambda content: tokenizer.apply_chat_template(  # noqa: E731

@@ -1,12 +1,17 @@
-"""MTAD's scoring of its beams (`mtdecode.strategies.mtad`), in a module of its own so that the cost measurement
-(`mtdecode.tuning.measure_beam_depth_cost`) times the very functions the strategy calls without importing a
-strategy."""
+"""Beam drafting (MTAD's step 1): W beams per row grown a depth at a draft forward each, by beam weight x q, and
+the scoring they share with the cost measurement (`mtdecode.costs.probes.measure_beam_depth_cost` times the very
+functions the strategy calls without importing a strategy)."""
+
+from typing import NamedTuple
 
 import torch
-from einops import rearrange, reduce
+from einops import rearrange, reduce, repeat
 
-from mtdecode.sampling import Sampler
-from mtdecode.tensor_types import Float, Tensor
+from mtdecode import masks
+from mtdecode.model import Runner
+from mtdecode.sampling import RowRandom, Sampler, draw
+from mtdecode.session import Session
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: MTAD's default number of beams kept per depth, W
 BEAM_WIDTH = 4
@@ -34,3 +39,73 @@ def score_children(
     next_log_q = log_of(judged(sampler, logits))  # (batch, beam, vocab)
     weight = reduce(log_q, "batch beam depth -> batch beam 1", "sum")  # each beam's log q so far
     return next_log_q, rearrange(weight + next_log_q, "batch beam vocab -> batch (beam vocab)")
+
+
+def choose(
+    log_scores: Float[Tensor, "batch options"],
+    width: int,
+    greedy: bool,
+    random: RowRandom,
+    rows: Bool[Tensor, " batch"],
+) -> Int[Tensor, "batch width"]:
+    """W options per row: the best W when greedy, else W drawn without replacement with probability
+    proportional to exp(score) (normalised as p / sum p, not log_softmax of probabilities).
+    A row with fewer than W possible options (finite scores) gets -1 for the rest; only `rows` draw."""
+    possible = torch.isfinite(log_scores).sum(1)  # (batch,)
+    width = min(width, log_scores.shape[1])
+    if greedy:
+        picks = log_scores.topk(width, dim=1).indices
+    else:
+        weights = (log_scores - log_scores.max(1, keepdim=True).values).exp().nan_to_num(0.0)  # (batch, options)
+        columns = []
+        for j in range(width):  # successive draws, each without the options already drawn
+            pick = draw(weights, random, rows & (possible > j))
+            columns.append(pick)
+            weights = weights.scatter(1, pick[:, None], 0.0)
+        picks = torch.stack(columns, dim=1)
+    return torch.where(torch.arange(width, device=picks.device) < possible[:, None], picks, -1)
+
+
+def newest_q(log_q: Float[Tensor, "batch beam depth"], best: Int[Tensor, " batch"]) -> Float[Tensor, " batch"]:
+    """q of the newest token of each row's `best` beam: the draft's confidence that a policy may weigh."""
+    return log_q[torch.arange(log_q.shape[0], device=log_q.device), best, -1].exp()
+
+
+class Beams(NamedTuple):
+    """W beams per row as they grow: `tokens` and their `log_q` (batch, beam, depth so far), the draft-cache tree
+    `nodes` of the fed tokens (batch, beam, depth - 1), and the draft's token tree of pending entries as `parents`
+    (batch, entries), in feeding order."""
+
+    tokens: Int[Tensor, "batch beam depth"]
+    log_q: Float[Tensor, "batch beam depth"]
+    nodes: Int[Tensor, "batch beam fed"]
+    parents: Int[Tensor, "batch entries"]
+
+
+def deepen(
+    s: Session, draft: Runner, beams: Beams, width: int, rows: Bool[Tensor, " batch"]
+) -> tuple[Int[Tensor, "batch beam depth"], Float[Tensor, "batch beam depth"], Int[Tensor, "batch beam fed"],
+           Int[Tensor, "batch entries"]]:  # fmt: skip
+    """One more depth of beam sampling (beam search when greedy): one draft forward over each beam's newest token,
+    fed as a child of the beam's previous node (a tree mask among the pending entries), every (beam, token) pair
+    scored by beam weight x q(token | beam), and W pairs chosen (`choose`; only `rows` draw). Returns the grown
+    `Beams`' fields."""
+    tokens, log_q, nodes, parents = beams
+    batch, count = tokens.shape[:2]  # W beams, or fewer while W exceeds the options
+    previous = nodes[:, :, -1] if nodes.shape[2] else torch.full((batch, count), -1, device=s.device)
+    new_nodes = parents.shape[1] + repeat(torch.arange(count, device=s.device), "beam -> batch beam", batch=batch)
+    parents = torch.cat([parents, previous], dim=1)
+    sees = masks.tree(parents)[:, -count:]  # (batch, W, pending + W)
+    offsets = masks.tree_positions(parents)[:, -count:]  # (batch, W): the depth below the committed tokens
+    logits = draft.forward(tokens[:, :, -1].clamp(min=0), offsets, sees)  # (batch, W, vocab)
+    next_log_q, scores = score_children(s.sampler, logits, log_q)  # every (beam, token) pair scored
+    picks = choose(scores, width, s.sampler.greedy, s.random, rows)  # (batch, W)
+    pair = picks.clamp(min=0)
+    vocab = next_log_q.shape[-1]
+    beam, token = pair.div(vocab, rounding_mode="floor"), pair % vocab  # (beam vocab) undone
+    beam_rows = torch.arange(batch, device=s.device)[:, None]
+    token_log_q = next_log_q[beam_rows, beam, token].masked_fill(picks < 0, -torch.inf)
+    tokens = torch.cat([tokens[beam_rows, beam], torch.where(picks < 0, -1, token)[:, :, None]], dim=2)
+    log_q = torch.cat([log_q[beam_rows, beam], token_log_q[:, :, None]], dim=2)
+    nodes = torch.cat([nodes[beam_rows, beam], new_nodes[beam_rows, beam][:, :, None]], dim=2)
+    return tokens, log_q, nodes, parents

@@ -1,14 +1,17 @@
 """Guesses taken from the text itself, which cost no draft model: prompt lookup's copy of what followed the last
-n-gram's previous occurrence (`lookup`), used by `PromptLookup` and by `Eagle`'s copy branch, and random prompt
-tokens to start a window of guesses from (`prompt_tokens`), used by `Jacobi` and `Lookahead`.
-"""
+n-gram's previous occurrence (`lookup`), used by `PromptLookup` and, as a branch of its tree, by `Eagle` (`Copy`,
+`find_copies`), and random prompt tokens to start a window of guesses from (`prompt_tokens`), used by `Jacobi` and
+`Lookahead`."""
 
+from dataclasses import dataclass
 from typing import no_type_check
 
 import torch
 
+from mtdecode.policy.records import CopyRecord
+from mtdecode.policy.rule import expected_tokens
 from mtdecode.session import Session
-from mtdecode.tensor_types import Int, Tensor
+from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: `lookup_matched` counts agreeing tokens up to this many
 MATCHED = 16
@@ -54,3 +57,55 @@ def prompt_tokens(s: Session, n: int) -> Int[Tensor, "batch n"]:
     prompts = torch.tensor(rows, device="cpu")
     picks = (s.random.uniform(n).to(s.device)[:, :n] * lengths[:, None]).long()  # (batch, n): uniform over positions
     return prompts.to(s.device).gather(1, torch.minimum(picks, lengths[:, None] - 1))
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Each row's copy (step 1): `tokens[b]`, the tokens prompt lookup copied for row b (maybe none); `holds`,
+    the chance that the copy's tokens 1..i all hold, the product of the row's `CopyRecord` chances for them (-1 past
+    the row's copy); and `matched[b]`, how many tokens before the copy agreed with those before its source
+    (`lookup_matched`), by which the record reads it."""
+
+    tokens: list[list[int]]
+    holds: Float[Tensor, "batch copy"]
+    matched: list[int]
+
+    def follows(self, tokens: Int[Tensor, "batch node"], depth: int) -> Bool[Tensor, "batch node"]:
+        """Which of the nodes at `depth` carry their row's copied token at that depth."""
+        if depth > self.holds.shape[1]:
+            return torch.zeros_like(tokens, dtype=torch.bool)
+        column = [row[depth - 1] if len(row) >= depth else -1 for row in self.tokens]
+        return tokens == torch.tensor(column, device=tokens.device)[:, None]
+
+    def holds_at(self, depth: int) -> Float[Tensor, "batch 1"]:
+        """The chance that each row's copy holds to `depth` (-1 past its end)."""
+        if depth > self.holds.shape[1]:
+            return self.holds.new_full((self.holds.shape[0], 1), -1.0)
+        return self.holds[:, depth - 1 : depth]
+
+
+def find_copies(s: Session, most: int, ngram: int, record: CopyRecord) -> Copy:
+    """Step 1, the copy: up to `most` tokens per row that followed the latest earlier occurrence of its last n-gram
+    (`mtdecode.copying.lookup_rows`, as prompt lookup copies; no more than the row's budget leaves room for), with
+    the chances that they hold by the row's record after the run that matched. The copy reads the committed text
+    only, never p."""
+    room = s.budget(most).tolist()
+    tokens, matched = lookup_rows(s.tokens, ngram, room)
+    longest = max(map(len, tokens), default=0)
+    holds = record.chances(longest, matched).cumprod(1).to(s.device)  # (batch, copy)
+    short = (
+        torch.arange(longest, device=s.device) >= torch.tensor([len(row) for row in tokens], device=s.device)[:, None]
+    )
+    return Copy(tokens, holds.masked_fill(short, -1.0), matched)
+
+
+def copy_alone(
+    copy: Copy | None, active: Bool[Tensor, " batch"]
+) -> tuple[Float[Tensor, "batch options"] | None, Int[Tensor, " batch"] | None]:
+    """What each row's copy alone would bring, for the plan's rests: E(0..longest) if row b verified its first k
+    copied tokens, and how many it has (0 for a finished row); (None, None) without a copy."""
+    if copy is None:
+        return None, None
+    expected = expected_tokens(copy.holds.clamp(min=0))  # holds: the copy's chance of holding to each token
+    available = torch.tensor([len(row) for row in copy.tokens], device=active.device)
+    return expected, torch.where(active, available, 0)

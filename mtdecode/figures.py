@@ -42,13 +42,14 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from transformers import PreTrainedModel
 
-from mtdecode import tuning
+from mtdecode.costs import curves, probes, timing
 from mtdecode.generate import generate
 from mtdecode.model import CausalLM
 from mtdecode.strategies import eagle, lookahead
 from mtdecode.strategies.eagle import Eagle
 from mtdecode.strategies.lookahead import Lookahead
 from mtdecode.strategy import DecodingStrategy
+from mtdecode.zoo.eagle import shipped_head
 
 #: font size of the token labels (points, at the saved size); titles and axes are one point larger
 FONT = 10
@@ -494,17 +495,17 @@ def measured_costs(
     head_cost: float | None = None,
 ) -> dict[str, Callable[[int], float]]:
     """What a forward over n tokens costs, per lane, in units of a 1-token target forward, from the costs that
-    `mtdecode.tuning` keeps on disk (measured once on this host, or the reference costs in use):
+    `mtdecode.costs` keeps on disk (measured once on this host, or the reference costs in use):
 
-    - "target": the target's cost curve, `tuning.relative_cost`;
+    - "target": the target's cost curve, `curves.relative_cost`;
     - "draft": the draft's own curve, over the target's 1-token cost;
     - "head": `head_cost` for every head forward (EAGLE's cost of one more depth, `measure_depth_cost`).
     """
-    kept = tuning.forward_costs(CausalLM.wrap(target))
-    costs = {"target": lambda n: tuning.relative_cost(kept, n)}
+    kept = timing.forward_costs(CausalLM.wrap(target))
+    costs = {"target": lambda n: curves.relative_cost(kept, n)}
     if draft is not None:
-        own = tuning.forward_costs(CausalLM.wrap(draft))
-        costs["draft"] = lambda n: tuning.relative_cost(own, n) * own[1] / kept[1]
+        own = timing.forward_costs(CausalLM.wrap(draft))
+        costs["draft"] = lambda n: curves.relative_cost(own, n) * own[1] / kept[1]
     if head_cost is not None:
         costs["head"] = lambda n: head_cost
     return costs
@@ -544,11 +545,11 @@ def record_forwards(
         watched["draft"] = CausalLM.wrap(draft).hf
     head_cost = None
     if isinstance(strategy, Eagle):
-        head = strategy.head if strategy.head is not None else eagle.shipped_head(target)
+        head = strategy.head if strategy.head is not None else shipped_head(target)
         watched["head"] = head.layer  # the head's one decoder layer runs once per head forward
         if costs is None:
             head_cost = getattr(strategy.policy, "depth_cost", None)  # a fixed tree's policy prices no depth
-            head_cost = tuning.measure_depth_cost(target, head, strategy.width) if head_cost is None else head_cost
+            head_cost = probes.measure_depth_cost(target, head, strategy.width) if head_cost is None else head_cost
     costs = costs if costs is not None else measured_costs(target, draft, head_cost)
     missing = set(watched) - set(costs)
     if missing:

@@ -14,7 +14,7 @@ from transformers import PreTrainedModel
 from mtdecode import sampling
 from mtdecode.model import CausalLM
 from mtdecode.sampling import RowRandom, Sampler
-from mtdecode.session import Choice, Session, Step
+from mtdecode.session import Choice, Session, Step, check
 from mtdecode.strategy import DecodingStrategy
 from mtdecode.tensor_types import Int, Tensor
 
@@ -207,7 +207,7 @@ def generate(
         steps = strategy.decode(session)
         for batch_steps in steps:
             session.settle()
-            session.check()
+            check(session)
             for step in batch_steps:
                 if bar is not None:
                     bar.update(len(step.tokens))

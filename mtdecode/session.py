@@ -255,7 +255,7 @@ class Session:
             steps.append(Step(tuple(kept), drafted[b], min(accepted[b], len(kept)), proposal, ratio, b))
             self.row_steps[b] += 1
         if cut:
-            self._crop_rows(cut)
+            crop_rows(self.runners, cut)
         if self.finished != finished_before:  # rows finished in this step
             read = self.active
             for runner in self.runners:  # their slots' outputs are no longer read (`mtdecode.tokenwise`)
@@ -267,46 +267,48 @@ class Session:
         """Crop the finished rows' caches back to their committed tokens: a finished row is a masked slot
         that strategies keep feeding, and whatever it accepted since it finished is thrown away."""
         if any(self.finished):
-            self._crop_rows({b: len(self.tokens[b]) - 1 for b in range(self.batch) if self.finished[b]})
+            crop_rows(self.runners, {b: len(self.tokens[b]) - 1 for b in range(self.batch) if self.finished[b]})
 
-    def _crop_rows(self, lengths: dict[int, int]) -> None:
-        """Crop the listed rows of every cache to the given lengths, leaving the other rows as they are."""
-        for runner in self.runners:
-            cache = runner.cache
-            limit = cache.held.clone()
-            for b, length in lengths.items():
-                limit[b] = min(int(limit[b]), length)
-            if bool((limit < cache.held).any()):
-                cache.crop(limit)
 
-    def check(self) -> None:
-        """Raise `InvariantError` unless every cache holds each unfinished (or just finished) row's committed
-        tokens but the newest (fewer for a resting draft), none pending, and the target ran exactly one forward
-        pass per step of each row."""
-        forwards = self.target.forwards
-        for runner in self.runners:
-            cache = runner.cache
-            if cache.pending:
+def crop_rows(runners: Sequence[Runner], lengths: dict[int, int]) -> None:
+    """Crop the listed rows of every runner's cache to the given lengths, leaving the other rows as they are."""
+    for runner in runners:
+        cache = runner.cache
+        limit = cache.held.clone()
+        for b, length in lengths.items():
+            limit[b] = min(int(limit[b]), length)
+        if bool((limit < cache.held).any()):
+            cache.crop(limit)
+
+
+def check(s: Session) -> None:
+    """After every step of `s` (`generate` calls it): raise `InvariantError` unless every cache holds each unfinished
+    (or just finished) row's committed tokens but the newest (fewer for a resting draft), none pending, and the
+    target ran exactly one forward pass per step of each row."""
+    forwards = s.target.forwards
+    for runner in s.runners:
+        cache = runner.cache
+        if cache.pending:
+            raise InvariantError(
+                f"after step {forwards} the {runner.role} cache has {cache.pending} pending columns; "
+                "every guess must be accepted or rejected within its step"
+            )
+        lengths = cache.lengths.tolist()
+        for b in range(s.batch):
+            expected = len(s.tokens[b]) - 1
+            behind = id(runner) in s.resting and lengths[b] < expected
+            if lengths[b] != expected and not behind:
                 raise InvariantError(
-                    f"after step {forwards} the {runner.role} cache has {cache.pending} pending columns; "
-                    "every guess must be accepted or rejected within its step"
+                    f"after step {forwards} the {runner.role} cache holds {lengths[b]} entries of row {b}; "
+                    f"it must hold {expected} (the row's committed tokens but the newest)"
                 )
-            lengths = cache.lengths.tolist()
-            for b in range(self.batch):
-                expected = len(self.tokens[b]) - 1
-                behind = id(runner) in self.resting and lengths[b] < expected
-                if lengths[b] != expected and not behind:
-                    raise InvariantError(
-                        f"after step {forwards} the {runner.role} cache holds {lengths[b]} entries of row {b}; "
-                        f"it must hold {expected} (the row's committed tokens but the newest)"
-                    )
-        for b in range(self.batch):
-            expected = self.finished_after[b] if self.finished[b] else forwards
-            if self.row_steps[b] != expected:
-                raise InvariantError(
-                    f"row {b}: {expected} target forward passes for {self.row_steps[b]} steps: "
-                    "each step must be exactly one target forward"
-                )
+    for b in range(s.batch):
+        expected = s.finished_after[b] if s.finished[b] else forwards
+        if s.row_steps[b] != expected:
+            raise InvariantError(
+                f"row {b}: {expected} target forward passes for {s.row_steps[b]} steps: "
+                "each step must be exactly one target forward"
+            )
 
 
 def _per_row(value: Int[Tensor, " batch"] | int, batch: int) -> list[int]:

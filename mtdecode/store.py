@@ -1,5 +1,5 @@
 """What mtdecode keeps on disk between processes: the dequantized default model (`mtdecode.zoo`) and the
-forward costs measured on this host (`mtdecode.tuning`).
+forward costs measured on this host (`mtdecode.costs`).
 
 Measured costs steer the drafting rules (how many guesses a row verifies), and with them how many random
 numbers a sampled row draws. Measured afresh in every process, timing noise would change them a little,
@@ -10,7 +10,7 @@ what else a repeat needs, and what makes runs differ across hosts).
 
 - `cache_dir()`: `$XDG_CACHE_HOME/mtdecode` (default `~/.cache/mtdecode`).
 - `costs_dir()`: `$MTDECODE_COSTS_DIR`, else `cache_dir() / "costs"`. Delete a file there (or run
-  `python -m mtdecode.tuning --measure-again`) to measure again.
+  `mtdecode costs --measure-again`) to measure again.
 - `kept(kind, key, measure)`: the JSON value stored under `key`, made by `measure()` the first time. One
   process measures while others wait for it (a file lock), so parallel test workers agree too.
 - `announcing(callback)`: within it, `callback(kind, folder)` is called before each measurement that was not
@@ -18,7 +18,7 @@ what else a repeat needs, and what makes runs differ across hosts).
 
 **Reference costs.** A course on a shared class server should not draw its conclusions from timings taken
 under the class's load. mtdecode ships the costs of the course's models measured once on an idle reference
-host (`REFERENCE`, described in `docs/measurements.md`). `mtdecode.tuning.use_reference_costs()` (or
+host (`REFERENCE`, described in `docs/measurements.md`). `mtdecode.costs.timing.use_reference_costs()` (or
 `MTDECODE_COSTS=reference`) makes every later measurement read them instead: the same choices and numbers on
 every machine, and nothing timed. A cost that was not recorded raises `LookupError`;
 `MTDECODE_COSTS=record-reference` records the missing ones on the host at hand.

@@ -31,7 +31,7 @@ A few functions that take and return only plain ints, floats, bools or lists, an
 every row, step or draw, are marked `typing.no_type_check`: a check costs tens of microseconds,
 more than such a function (`Session.batch`, `Session.done`, `Session.generated`,
 `Session.new_tokens`, `KVCache.columns`, `KVCache.pending`, `CausalLM.vocab_size`,
-`CausalLM.max_length`, `DraftCosts.t`, `Rule.catch_up`, the `Step` record, and the small
+`CausalLM.max_length`, `DraftCosts.t`, `DraftCosts.catch_up`, the `Step` record, and the small
 helpers beside them; those marked last made nearly half of the checked calls in a profile of the
 batch, speculative and EAGLE tests; lookahead's `NgramPool` and prompt lookup's `lookup` made 300,000
 of 1.1 million in a profile of four sampling and half-precision tests). So are the per-forward helpers of

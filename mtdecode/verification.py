@@ -27,8 +27,9 @@ candidate shorter than the others, or missing, is padded with -1, which proposes
 from dataclasses import dataclass
 
 import torch
+from einops import repeat
 
-from mtdecode.plain import prefill, sample_next
+from mtdecode.plain import extend_with, prefill, sample_next
 from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
@@ -258,8 +259,7 @@ def verify_chain(
         logits = prefill(s)  # (batch, vocab), after every row's unread tokens
         steps = s.commit(sample_next(s, logits)[:, None], 1, drafted=none, accepted=none)
         return steps, logits[:, None], none
-    fed = [row + guess for row, guess in zip(s.unread(s.target), guesses.clamp(min=0).tolist(), strict=True)]
-    logits = s.target.extend(fed, logits_to_keep=k + 1)  # (batch, k + 1, vocab)
+    logits = extend_with(s, guesses)  # (batch, k + 1, vocab)
     verdict = verify_logits(s.sampler, logits[:, 0], logits[:, None, 1:], guesses[:, None, :], s.random, s.active)
     s.target.cache.crop(s.lengths + verdict.accepted)  # the committed tokens + the accepted guesses
     drafted = (guesses >= 0).sum(1)
@@ -273,3 +273,38 @@ def padded(rows: list[list[int]], device: torch.device, fill: int = NONE) -> Int
     return torch.tensor([row + [fill] * (width - len(row)) for row in rows], dtype=torch.long, device=device).reshape(
         len(rows), width
     )
+
+
+def root_to_leaf(
+    parent: Int[Tensor, "batch node"], depth: Int[Tensor, "batch node"], valid: Bool[Tensor, "batch node"]
+) -> Int[Tensor, "batch leaves longest"]:
+    """Every root-to-leaf path of each row's tree of `valid` nodes (`parent[b, j]`: node j's parent, -1 under the
+    root; `depth`: 1 under the root; parents come first), as node indices from the root down, -1 past a path's end
+    and for a row with fewer leaves: the candidates a tree offers the multi-candidate rule."""
+    batch, n = parent.shape
+    device = parent.device
+    rows = torch.arange(batch, device=device)[:, None]
+    longest = int(depth.max())
+    child = (parent[:, :, None] == torch.arange(n, device=device)) & valid[:, :, None]  # (batch, child, node)
+    leaf = valid & ~child.any(1)  # (batch, n): no valid child
+    paths = torch.full((batch, n, longest + 1), -1, dtype=torch.long, device=device)  # a spare last column
+    node = repeat(torch.arange(n, device=device), "n -> batch n", batch=batch)
+    level = depth.clone()
+    for _ in range(longest):  # walk every node up to the root, writing it at its depth
+        live = node >= 0
+        paths.scatter_(2, torch.where(live, level - 1, longest)[:, :, None], node[:, :, None])
+        node = torch.where(live, parent.gather(1, node.clamp(min=0)), -1)
+        level = level - 1
+    paths = paths[:, :, :longest]
+    rank = torch.where(leaf, 0, torch.where(valid, 1, 2))  # leaves first, then the valid nodes as fillers
+    order = rank.argsort(dim=1, stable=True)[:, : int(leaf.sum(1).max())]
+    return torch.where(valid.gather(1, order)[:, :, None], paths[rows, order], -1)  # (batch, leaves, longest)
+
+
+def kept_parents(parent: Int[Tensor, "batch node"], chosen: Int[Tensor, "batch n"]) -> Int[Tensor, "batch n"]:
+    """The tree of the `chosen` nodes (parents first) alone: each one's parent as an index among the chosen, -1 under
+    the root (`parent`: every node's parent among all of them)."""
+    kept = repeat(torch.arange(chosen.shape[1], device=chosen.device), "n -> batch n", batch=chosen.shape[0])
+    slot = torch.full_like(parent, -1).scatter_(1, chosen, kept)  # each node's place among the chosen, or -1
+    above = parent.gather(1, chosen)
+    return torch.where(above >= 0, slot.gather(1, above.clamp(min=0)), -1)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mtdecode
-from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.costs import BatchCosts, DraftCosts, curves
 from mtdecode.policy import Adaptive
 from mtdecode.policy.calibration import BINS
 from mtdecode.policy.rule import rule_for
@@ -143,7 +143,7 @@ def test_a_steps_bookkeeping_is_paid_by_its_guesses():
     assert rule_for(linear(0.1, 0.2), 1, torch.device("cpu")).start().item()
     dear = DraftCosts(draft=0.1, target=[1.0, 1.2], overhead=0.25)
     assert not rule_for(dear, 1, torch.device("cpu")).start().item()
-    assert mtdecode.tuning.step_overhead(1) == mtdecode.tuning.BOOKKEEPING and mtdecode.tuning.step_overhead(4) == 0
+    assert curves.step_overhead(1) == curves.BOOKKEEPING and curves.step_overhead(4) == 0
     with pytest.raises(ValueError, match="overhead"):
         DraftCosts(draft=0.0, target=[1.0, 1.0], overhead=-0.1)
 
@@ -240,7 +240,7 @@ def test_the_rule_drafts_long_when_cheap_and_sure_and_not_at_all_when_it_cannot_
 
 
 def test_measured_costs_are_used_when_none_are_given(monkeypatch):
-    """Speculative() measures the batch's costs on the host (`mtdecode.tuning.batch_draft_costs`) when `costs` is
+    """Speculative() measures the batch's costs on the host (`mtdecode.costs.curves.batch_draft_costs`) when `costs` is
     None."""
     seen = []
 
@@ -248,24 +248,24 @@ def test_measured_costs_are_used_when_none_are_given(monkeypatch):
         seen.append((target, draft, rows))
         return BatchCosts({rows: linear(0.05, 0.1)})
 
-    monkeypatch.setattr(mtdecode.tuning, "batch_draft_costs", fake)
+    monkeypatch.setattr(curves, "batch_draft_costs", fake)
     target, draft = pair()
     result = mtdecode.generate(target, [4, 5], Speculative(draft), max_new_tokens=10)
     assert len(seen) == 1 and max(step.drafted for step in result.steps) >= 1
 
 
 def test_mtads_measured_guess_costs_a_whole_depth_of_its_beams(tmp_path, monkeypatch):
-    """MTAD() without `costs` prices a guess at one depth of its beams (`tuning.measure_beam_depth_cost`: a draft
+    """MTAD() without `costs` prices a guess at one depth of its beams (`probes.measure_beam_depth_cost`: a draft
     forward over W beam tokens per row and their children's scoring), measured once per number of rows and kept on
     disk. With the target as its own draft, a depth as dear as 20 target forwards is never drafted; a free one is."""
-    from mtdecode import tuning
+    from mtdecode.costs import probes
     from mtdecode.strategies import MTAD
 
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
     target, draft = (mtdecode.CausalLM(model) for model in pair())
-    one, two = tuning.measure_beam_depth_cost(target, draft, 2), tuning.measure_beam_depth_cost(target, draft, 2, 2)
-    assert one > 0 and two > 0 and tuning.measure_beam_depth_cost(target, draft, 2, 2) == two
+    one, two = probes.measure_beam_depth_cost(target, draft, 2), probes.measure_beam_depth_cost(target, draft, 2, 2)
+    assert one > 0 and two > 0 and probes.measure_beam_depth_cost(target, draft, 2, 2) == two
     assert len(list(tmp_path.glob("beam-depth-*.json"))) == 2
     asked = []
 
@@ -277,7 +277,7 @@ def test_mtads_measured_guess_costs_a_whole_depth_of_its_beams(tmp_path, monkeyp
         return measured
 
     for cost, drafts in ((20.0, False), (0.0, True)):
-        monkeypatch.setattr(tuning, "measure_beam_depth_cost", priced(cost))
+        monkeypatch.setattr(probes, "measure_beam_depth_cost", priced(cost))
         strategy = MTAD(target, beam_width=2, policy=Adaptive(acceptance=0.9))
         result = mtdecode.generate(target, [1, 2, 3], strategy, max_new_tokens=30)
         assert any(step.drafted for step in result.steps) == drafts, cost

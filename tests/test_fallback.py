@@ -1,7 +1,7 @@
 """Every tuned strategy reports what it chose and why in `result.stats.choices`, and a strategy that decodes a whole
 run greedily because of its tuning says so once, with `mtdecode.GreedyFallbackWarning`.
 
-The costs are forced, never measured, so that each choice is the same on every host: `tuning.forward_costs` is
+The costs are forced, never measured, so that each choice is the same on every host: `timing.forward_costs` is
 replaced by a steep curve (no lookahead setting pays) or a flat one (the widest pays), and the drafting strategies
 are given `DraftCosts` where a first guess can never pay (a forward over 2 tokens costs 3 of 1) or always does.
 """
@@ -14,9 +14,8 @@ import pytest
 import torch
 
 import mtdecode
-from mtdecode import tuning
-from mtdecode.costs import DraftCosts
-from mtdecode.policy import Adaptive
+from mtdecode.costs import DraftCosts, timing
+from mtdecode.policy import Adaptive, search
 from mtdecode.strategies import MTAD, Eagle, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.models import perturbed
@@ -61,10 +60,10 @@ def run(strategy, max_new_tokens: int, prompts=PROMPT):
 
 def costs_curve(steep: bool, monkeypatch) -> None:
     """Lookahead's tuning on a forced curve, with measurements that do not scatter."""
-    curve = {n: 1.0 if n == 1 else 0.9 * n + 0.1 for n in tuning.SIZES} if steep else dict.fromkeys(tuning.SIZES, 1.0)
-    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: curve)
-    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: dict.fromkeys(tuning.SIZES, 0.0))
-    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: dict.fromkeys(tuning.SIZES, 0.0))  # a batch's
+    curve = {n: 1.0 if n == 1 else 0.9 * n + 0.1 for n in timing.SIZES} if steep else dict.fromkeys(timing.SIZES, 1.0)
+    monkeypatch.setattr(timing, "forward_costs", lambda _model, rows=1, **_: curve)
+    monkeypatch.setattr(timing, "scatter", lambda _model, rows=1, **_: dict.fromkeys(timing.SIZES, 0.0))
+    monkeypatch.setattr(timing, "uncertainty", lambda _model, rows: dict.fromkeys(timing.SIZES, 0.0))  # a batch's
 
 
 # ----------------------------------------------------------------------------- Lookahead
@@ -96,7 +95,7 @@ def test_lookahead_records_the_setting_it_chose_and_does_not_warn(monkeypatch):
     assert not warned
     assert result.row(0) == greedy_tokens(model(), PROMPT, 12)
     chosen, candidates = result.stats.choices
-    w, n, g = tuning.lookahead_settings(mtdecode.CausalLM.wrap(model()), None, None, None, prompt_pool=True)
+    w, n, g = search.lookahead_plan(mtdecode.CausalLM.wrap(model()), None, None, None, prompt_pool=True)[0]
     assert not chosen.greedy and chosen.setting == f"W={w}, N={n}, G={g} (at most)"
     assert re.match(r"predicted \d+\.\d\dx greedy on this host's forward costs, beyond their 0% scatter", chosen.reason)
     # G was tuned, so the candidate rule reports too: its counts match the steps

@@ -18,7 +18,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import mtdecode  # noqa: E402
-from mtdecode import figures, tuning  # noqa: E402
+from mtdecode import figures  # noqa: E402
+from mtdecode.costs import curves, timing
 from mtdecode.strategies import Autoregressive, Eagle, Lookahead, Speculative  # noqa: E402
 from mtdecode.strategies.lookahead import NgramPool  # noqa: E402
 from mtdecode.testing import tiny_model  # noqa: E402
@@ -210,12 +211,12 @@ def test_the_timeline_costs_default_to_the_kept_measurements(monkeypatch):
     model = tiny_model(vocab_size=16, seed=3)
     draft = perturbed(model, 0.1, seed=1)
     kept = {model: {1: 0.010, 4: 0.012, 16: 0.020}, draft: {1: 0.002, 4: 0.003, 16: 0.004}}
-    monkeypatch.setattr(tuning, "forward_costs", lambda m, rows=1, **_: kept[m.hf])
+    monkeypatch.setattr(timing, "forward_costs", lambda m, rows=1, **_: kept[m.hf])
     steps = figures.record_forwards(model, PROMPT, Speculative(draft, 2), max_new_tokens=4)
     forwards = [f for s in steps for f in s.forwards]
     assert {f.lane for f in forwards} == {"target", "draft"}
     for f in forwards:
-        assert f.cost == pytest.approx(tuning.relative_cost(kept[model if f.lane == "target" else draft], f.tokens)
+        assert f.cost == pytest.approx(curves.relative_cost(kept[model if f.lane == "target" else draft], f.tokens)
                                        * (1 if f.lane == "target" else 0.2))  # fmt: skip
 
 

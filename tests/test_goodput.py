@@ -32,8 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mtdecode
-from mtdecode import tuning
-from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.costs import BatchCosts, DraftCosts, curves, priors, probes, timing
 from mtdecode.policy import Adaptive
 from mtdecode.policy.batch import BatchRule
 from mtdecode.policy.rule import Rule, rule_for
@@ -195,7 +194,7 @@ def test_a_batch_whose_guesses_do_not_pay_decodes_at_greedy_cost():
     - t_4(2) = 1.5 t_4(1) and a draft that is an unrelated model, taken to be accepted half the time before any
       guess is verified: the batch tries one guess per row once or twice, learns from every row at once that its
       guesses do not pay, and decodes at greedy cost from then on. With the draft's measured acceptance as the prior
-      (`tuning.draft_acceptance`, 0.08), it never tries.
+      (`priors.draft_acceptance`, 0.08), it never tries.
     - Flat costs and a good draft: the batch drafts in most steps."""
     target, good = pair()
     bad = tiny_model("llama", vocab_size=VOCAB, seed=9)
@@ -386,24 +385,24 @@ def test_a_resting_batch_weighs_again_when_its_rows_change():
 
 
 def test_a_measurement_is_read_once_per_model_where_it_is_and_per_place_of_the_kept_ones(tmp_path, monkeypatch):
-    """`tuning.read_once`: the kept measurements (a draft's acceptance, Jacobi's, the costs of EAGLE's and MTAD's
+    """`timing.read_once`: the kept measurements (a draft's acceptance, Jacobi's, the costs of EAGLE's and MTAD's
     drafting work) are read from disk once per model object; again where the model moved to another dtype, where the
     kept measurements are elsewhere (`MTDECODE_COSTS_DIR`), or for a new model object."""
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path / "one"))
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
     target = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=3, layers=1, hidden=16))
     draft = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=9, layers=1, hidden=16))
-    paired = tuning.draft_acceptance(target, draft)  # a pair's answer first, then one model's beside it
-    measured = tuning.jacobi_acceptance(target)
+    paired = priors.draft_acceptance(target, draft)  # a pair's answer first, then one model's beside it
+    measured = priors.jacobi_acceptance(target)
     reads = {"kept": 0}
-    count_calls(monkeypatch, tuning.store, "kept", reads, "kept")
-    assert tuning.jacobi_acceptance(target) == measured and tuning.draft_acceptance(target, draft) == paired
+    count_calls(monkeypatch, mtdecode.store, "kept", reads, "kept")
+    assert priors.jacobi_acceptance(target) == measured and priors.draft_acceptance(target, draft) == paired
     assert reads["kept"] == 0
-    assert tuning.jacobi_acceptance(mtdecode.CausalLM(target.hf)) == measured and reads["kept"] == 1  # from disk
+    assert priors.jacobi_acceptance(mtdecode.CausalLM(target.hf)) == measured and reads["kept"] == 1  # from disk
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path / "two"))
-    assert tuning.jacobi_acceptance(target) == measured and reads["kept"] == 2  # measured again there
+    assert priors.jacobi_acceptance(target) == measured and reads["kept"] == 2  # measured again there
     target.hf.float()  # the tiny models are float64
-    tuning.jacobi_acceptance(target)
+    priors.jacobi_acceptance(target)
     assert reads["kept"] == 3
     assert (tmp_path / "two").exists() and len(list((tmp_path / "two").glob("jacobi-acceptance-*.json"))) == 2
 
@@ -411,14 +410,14 @@ def test_a_measurement_is_read_once_per_model_where_it_is_and_per_place_of_the_k
 def test_batch_costs_are_kept_per_number_of_rows_and_interpolated(monkeypatch):
     """t(B, n) between measured numbers of rows is interpolated linearly, continued past the largest; one row's
     costs relative to t(1, 1) are `relative_cost`'s, exactly."""
-    seconds = {rows: {n: rows * (1 + 0.1 * (n - 1)) for n in tuning.SIZES} for rows in tuning.ROWS}
-    monkeypatch.setattr(tuning, "forward_costs", lambda model, rows=1, **_: seconds[rows])
+    seconds = {rows: {n: rows * (1 + 0.1 * (n - 1)) for n in timing.SIZES} for rows in timing.ROWS}
+    monkeypatch.setattr(timing, "forward_costs", lambda model, rows=1, **_: seconds[rows])
     model = mtdecode.CausalLM(pair()[0])
-    assert tuning.batch_seconds(model, 3, 4) == pytest.approx(3 * 1.3)
-    assert tuning.batch_seconds(model, 48, 2) == pytest.approx(48 * 1.1)
-    assert tuning.batch_relative(model, 1, 5) == tuning.relative_cost(seconds[1], 5)
-    assert tuning.batch_curve(model, 8, 3) == pytest.approx([8.0, 8.8, 9.6])
-    assert tuning.measured_sizes(32) == [n for n in tuning.SIZES if n <= 32]
+    assert curves.batch_seconds(model, 3, 4) == pytest.approx(3 * 1.3)
+    assert curves.batch_seconds(model, 48, 2) == pytest.approx(48 * 1.1)
+    assert curves.batch_relative(model, 1, 5) == curves.relative_cost(seconds[1], 5)
+    assert curves.batch_curve(model, 8, 3) == pytest.approx([8.0, 8.8, 9.6])
+    assert timing.measured_sizes(32) == [n for n in timing.SIZES if n <= 32]
 
 
 def test_one_measurement_per_number_of_rows(tmp_path, monkeypatch):
@@ -426,8 +425,8 @@ def test_one_measurement_per_number_of_rows(tmp_path, monkeypatch):
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
     model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=4, layers=1, hidden=16))
-    one, two = tuning.forward_costs(model), tuning.forward_costs(model, rows=2)
-    assert sorted(one) == list(tuning.SIZES) and sorted(two) == tuning.measured_sizes(2)
+    one, two = timing.forward_costs(model), timing.forward_costs(model, rows=2)
+    assert sorted(one) == list(timing.SIZES) and sorted(two) == timing.measured_sizes(2)
     kept = sorted(path.read_text().count('"rows": 2') for path in tmp_path.glob("forward-*.json"))
     assert kept == [0, 1]
 
@@ -448,38 +447,38 @@ def test_costs_measured_in_a_busy_moment_are_measured_again_and_the_fastest_over
         return (lambda: taken.append(1) or next(made)), taken
 
     busy, taken = calls((2.0, 2.2, 0.2), (1.9, 2.3, 0.04), (1.0, 1.0, 0.01))
-    timed = tuning.quietest(busy)
+    timed = timing.quietest(busy)
     assert len(taken) == 2 and timed.costs == {1: 1.9, 2: 2.2}  # t(1) from the second, t(2) from the first
     assert timed.scatter == pytest.approx({1: 0.04, 2: 0.04})  # the second's
     always_busy, taken = calls((2.0, 2.0, 0.3), (2.0, 2.0, 0.1), (2.0, 2.0, 0.2), (1.0, 1.0, 0.0))
-    assert tuning.quietest(always_busy).scatter == pytest.approx({1: 0.1, 2: 0.1}) and len(taken) == tuning.QUIET_TRIES
+    assert timing.quietest(always_busy).scatter == pytest.approx({1: 0.1, 2: 0.1}) and len(taken) == timing.QUIET_TRIES
     quiet, taken = calls((1.0, 1.1, 0.01), (0.5, 0.5, 0.0))
-    assert tuning.quietest(quiet).costs == {1: 1.0, 2: 1.1} and len(taken) == 1
+    assert timing.quietest(quiet).costs == {1: 1.0, 2: 1.1} and len(taken) == 1
 
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
     busy, taken = calls((2.0, 2.1, 0.5), (2.0, 2.1, 0.02))
-    monkeypatch.setattr(tuning, "_measure", lambda *_: busy())
+    monkeypatch.setattr(timing, "_measure", lambda *_: busy())
     model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=5, layers=1, hidden=16))
-    assert tuning.forward_costs(model) == {1: 2.0, 2: 2.1} and tuning.scatter(model)[1] == pytest.approx(0.02)
-    tuning._COSTS.clear()  # read back from disk
-    assert tuning.forward_costs(model) == {1: 2.0, 2: 2.1} and len(taken) == 2
+    assert timing.forward_costs(model) == {1: 2.0, 2: 2.1} and timing.scatter(model)[1] == pytest.approx(0.02)
+    timing._COSTS.clear()  # read back from disk
+    assert timing.forward_costs(model) == {1: 2.0, 2: 2.1} and len(taken) == 2
 
 
 def test_a_batch_keeps_each_size_as_the_median_of_its_repeats_ratios_to_one_token(monkeypatch):
-    """`tuning._measure` on a clock whose repeats take known times gives every repeat's seconds, in order.
-    `tuning.summarise` keeps one row's costs as the fastest repeats; a batch's as the fastest 1-token forward times
+    """`timing._measure` on a clock whose repeats take known times gives every repeat's seconds, in order.
+    `timing.summarise` keeps one row's costs as the fastest repeats; a batch's as the fastest 1-token forward times
     the median of each repeat's own t(n) / t(1), with that median's standard error (relative to it): a repeat that
     was fast for one size and slow for the other does not set their ratio."""
     seconds = [1.0, 1.4, 1.2, 1.1, 1.6]  # the five repeats of the one size timed
     clock = iter(t for took in seconds for t in (0.0, took))  # each repeat reads the clock before and after
-    monkeypatch.setattr(tuning.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
     model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=6, layers=1, hidden=16))
-    assert tuning._measure(model, context=8, repeats=5, rows=2, sizes=[2]) == {2: seconds}
+    assert timing._measure(model, context=8, repeats=5, rows=2, sizes=[2]) == {2: seconds}
 
     one = [1.0, 1.5, 1.2, 1.1, 1.3]  # t(1) of five repeats; t(2) 1.1 of it in four, 1.3 in the first
     two = [1.3, 1.65, 1.32, 1.21, 1.43]
-    plain, batch = tuning.summarise({1: one, 2: two}), tuning.summarise({1: one, 2: two}, ratios=True)
+    plain, batch = timing.summarise({1: one, 2: two}), timing.summarise({1: one, 2: two}, ratios=True)
     assert plain.costs == {1: 1.0, 2: 1.21} and plain.scatter == pytest.approx({1: 0.2, 2: 1.32 / 1.21 - 1})
     assert batch.costs == pytest.approx({1: 1.0, 2: 1.1}) and batch.scatter == plain.scatter
     error = 1.2533 * statistics.stdev([1.3, 1.1, 1.1, 1.1, 1.1]) / 5**0.5 / 1.1  # the median's standard error
@@ -487,7 +486,7 @@ def test_a_batch_keeps_each_size_as_the_median_of_its_repeats_ratios_to_one_toke
 
 
 def test_a_batch_margin_weighs_the_ratios_standard_error_not_the_scatter(tmp_path, monkeypatch):
-    """A batch's margin (`tuning.batch_margin`) adds two standard errors of the measured t(B, 2) / t(B, 1), not the
+    """A batch's margin (`curves.batch_margin`) adds two standard errors of the measured t(B, 2) / t(B, 1), not the
     repeats' scatter. Costs of several rows kept before their uncertainty was (their key names no parts) are measured
     again; one row's keep their key, and state no uncertainty."""
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
@@ -496,31 +495,31 @@ def test_a_batch_margin_weighs_the_ratios_standard_error_not_the_scatter(tmp_pat
     taken = []
     one = [1.0, 1.02, 1.045, 1.05, 1.06]  # a scatter of 4.5 %, below `QUIET`: measured once
     ratios = [1.1 * 1.02, 1.1, 1.1, 1.1, 1.1]  # t(2) / t(1) in each repeat; 1.1 for every larger size
-    times = {n: [t * (ratios[i] if n == 2 else 1.1) for i, t in enumerate(one)] for n in tuning.SIZES}
+    times = {n: [t * (ratios[i] if n == 2 else 1.1) for i, t in enumerate(one)] for n in timing.SIZES}
     times[1] = one
-    monkeypatch.setattr(tuning, "_measure", lambda *_: taken.append(1) or times)
+    monkeypatch.setattr(timing, "_measure", lambda *_: taken.append(1) or times)
     model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=7, layers=1, hidden=16))
-    old = {"model": mtdecode.store.module_key(model.hf), "host": mtdecode.store.host_key(), "context": tuning.CONTEXT}
+    old = {"model": mtdecode.store.module_key(model.hf), "host": mtdecode.store.host_key(), "context": timing.CONTEXT}
     old.update(repeats=5, rows=4)  # the key an older version kept
     mtdecode.store.kept("forward", old, lambda: {"costs": {"1": 1.0, "2": 1.0}, "scatter": {"1": 0.5, "2": 0.5}})
     error = 1.2533 * statistics.stdev(ratios) / 5**0.5 / 1.1  # relative to the median ratio
-    assert tuning.batch_margin(model, 4) == pytest.approx(tuning.BOOKKEEPING + 2 * error) and len(taken) == 1
-    assert tuning.forward_costs(model, rows=4)[2] == pytest.approx(1.1)
-    assert tuning.scatter(model)[1] == pytest.approx(0.045)  # one row: the fastest, measured as ever
+    assert curves.batch_margin(model, 4) == pytest.approx(curves.BOOKKEEPING + 2 * error) and len(taken) == 1
+    assert timing.forward_costs(model, rows=4)[2] == pytest.approx(1.1)
+    assert timing.scatter(model)[1] == pytest.approx(0.045)  # one row: the fastest, measured as ever
     with pytest.raises(ValueError, match="no uncertainty"):
-        tuning.uncertainty(model, rows=1)
+        timing.uncertainty(model, rows=1)
 
 
 def test_the_margin_of_a_measured_batch_size_reads_its_own_measurement(monkeypatch):
-    """The batch rule's margin (`tuning.batch_margin`): `BOOKKEEPING` plus two standard errors of t(B, 2) / t(B, 1) from
+    """The batch rule's margin (`curves.batch_margin`): `BOOKKEEPING` plus two standard errors of t(B, 2) / t(B, 1) from
     the B-row measurement alone where B is one of `ROWS` (`batch_seconds` reads only it there), and the larger of the
     two it interpolates between elsewhere; one row has none."""
     monkeypatch.delenv("MTDECODE_BATCH_MARGIN", raising=False)
     spread = {1: 0.01, 2: 0.07, 4: 0.003, 8: 0.02, 16: 0.05, 32: 0.04}  # a busy 2-row measurement
-    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: dict.fromkeys(tuning.SIZES, spread[rows]))
+    monkeypatch.setattr(timing, "uncertainty", lambda _model, rows: dict.fromkeys(timing.SIZES, spread[rows]))
     model = mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=4, layers=1, hidden=16))
-    margin = {rows: tuning.batch_margin(model, rows) for rows in (1, 3, 4, 5, 32, 40)}
-    own = {rows: tuning.BOOKKEEPING + 2 * spread[rows] for rows in (2, 4, 8, 32)}
+    margin = {rows: curves.batch_margin(model, rows) for rows in (1, 3, 4, 5, 32, 40)}
+    own = {rows: curves.BOOKKEEPING + 2 * spread[rows] for rows in (2, 4, 8, 32)}
     assert margin[1] == 0.0
     assert margin[4] == pytest.approx(own[4]) and margin[32] == pytest.approx(own[32])  # not 2 rows' nor 16's
     assert margin[3] == pytest.approx(own[2]) and margin[5] == pytest.approx(own[8])  # the larger neighbour's
@@ -565,10 +564,11 @@ def test_a_resting_batch_leaves_the_head_idle_and_catches_it_up(monkeypatch):
 
 
 def test_a_resting_heads_backlog_keeps_each_rows_features_in_order_until_read():
-    """`eagle.Backlog`: the features of the steps a resting head missed, row by row, joined in the order of the steps
-    once the head reads them (a wrong order or a lost piece leaves the output exact, only the head's guesses worse, so
-    the parity tests would not see it); the sizes it reports are what the rule weighs the reading by."""
-    from mtdecode.strategies.eagle import Backlog
+    """`mtdecode.zoo.eagle.Backlog`: the features of the steps a resting head missed, row by row, joined in the order
+    of the steps once the head reads them (a wrong order or a lost piece leaves the output exact, only the head's
+    guesses worse, so the parity tests would not see it); the sizes it reports are what the rule weighs the reading
+    by."""
+    from mtdecode.zoo.eagle import Backlog
 
     unread = Backlog(2)
     assert not unread.waiting and unread.sizes == [0, 0]
@@ -694,7 +694,7 @@ def test_eagles_first_tree_pays_for_the_heads_reading_of_the_prompts(monkeypatch
 
 def test_eagles_batch_rule_weighs_a_drafting_steps_work_measured_in_a_run(monkeypatch):
     """Eagle() without costs, for a batch: what a drafting step does beside its target forward is measured in a run
-    (`tuning.measure_eagle_steps`, for the batch's rows) and weighed as the step's overhead. Where that work is
+    (`probes.measure_eagle_steps`, for the batch's rows) and weighed as the step's overhead. Where that work is
     cheap the batch drafts trees; where it is dearer than any tree could win back, every step is a plain step. One
     row weighs its own rate and measures nothing of it. Every row equals greedy decoding either way."""
     from mtdecode.strategies import eagle
@@ -705,11 +705,11 @@ def test_eagles_batch_rule_weighs_a_drafting_steps_work_measured_in_a_run(monkey
     def costs(target, draft, rows, *, longest, planned, draft_cost=None, overhead=None):  # t(n) = 1 + 0.05 (n - 1)
         return BatchCosts({rows: DraftCosts(draft_cost or 0.0, [1 + 0.05 * n for n in range(longest)], overhead or 0)})
 
-    monkeypatch.setattr(tuning, "batch_draft_costs", costs)
+    monkeypatch.setattr(curves, "batch_draft_costs", costs)
     target, prompts = pair()[0], RAGGED
     for work, drafts in ((0.0, True), (50.0, False)):  # the step's work beside its forward, o
-        measured = tuning.EagleStepCosts(step=work, depth=0.05, node=0.0, read=0.0)
-        monkeypatch.setattr(tuning, "measure_eagle_steps", lambda *a, m=measured, **k: asked.append(a[3]) or m)
+        measured = probes.EagleStepCosts(step=work, depth=0.05, node=0.0, read=0.0)
+        monkeypatch.setattr(probes, "measure_eagle_steps", lambda *a, m=measured, **k: asked.append(a[3]) or m)
         calls.update(grow=0)
         result = mtdecode.generate(target, prompts, Eagle(head(), depth=3, width=3, lookup=0), max_new_tokens=20)
         assert (calls["grow"] > 0) == drafts, (work, calls)
@@ -721,18 +721,18 @@ def test_eagles_batch_rule_weighs_a_drafting_steps_work_measured_in_a_run(monkey
 
 
 def test_eagles_step_parts_come_from_the_runs_medians():
-    """`tuning.eagle_step_parts`, on made-up medians (seconds beside the forward): a node is the wide tree's extra
+    """`probes.eagle_step_parts`, on made-up medians (seconds beside the forward): a node is the wide tree's extra
     over its 2 W - 1 extra nodes, the step's own work what a one-node step adds to a plain one less a node, a depth
     what a second depth adds, the catch-up per entry what the first drafting step adds over the entries less one;
     a difference that noise made negative is 0."""
-    parts = tuning.eagle_step_parts(plain=1.0, first=5.0, one=2.0, deeper=2.5, wide=3.5, width=3, entries=11)
+    parts = probes.eagle_step_parts(plain=1.0, first=5.0, one=2.0, deeper=2.5, wide=3.5, width=3, entries=11)
     assert parts == pytest.approx({"step": 0.8, "depth": 0.5, "node": 0.2, "read": 0.3})
-    noisy = tuning.eagle_step_parts(plain=1.0, first=1.5, one=2.0, deeper=1.9, wide=1.8, width=3, entries=11)
+    noisy = probes.eagle_step_parts(plain=1.0, first=1.5, one=2.0, deeper=1.9, wide=1.8, width=3, entries=11)
     assert noisy == pytest.approx({"step": 1.0, "depth": 0.0, "node": 0.0, "read": 0.0})
 
 
 def test_eagles_steps_are_measured_in_a_run_once_per_number_of_rows(tmp_path, monkeypatch):
-    """`tuning.measure_eagle_steps`: measured in runs and kept on disk (the same numbers again, one file per number of
+    """`probes.measure_eagle_steps`: measured in runs and kept on disk (the same numbers again, one file per number of
     rows). Its parts are differences of timings, which a busy host can make 0 (a depth came out 0 under
     `make test-hosts` with another process beside it), so no figure of them is asserted here: their arithmetic is
     tested on made-up medians above."""
@@ -743,47 +743,47 @@ def test_eagles_steps_are_measured_in_a_run_once_per_number_of_rows(tmp_path, mo
     def tree(depth: int, nodes: int) -> Eagle:
         return Eagle(head(), depth=depth, width=3, tree_size=nodes)
 
-    two = tuning.measure_eagle_steps(model, head(), 3, 2, tree, lookup=True)
-    assert tuning.measure_eagle_steps(model, head(), 3, 2, tree, lookup=True) == two
-    tuning.measure_eagle_steps(model, head(), 3, 3, tree, lookup=True)
+    two = probes.measure_eagle_steps(model, head(), 3, 2, tree, lookup=True)
+    assert probes.measure_eagle_steps(model, head(), 3, 2, tree, lookup=True) == two
+    probes.measure_eagle_steps(model, head(), 3, 3, tree, lookup=True)
     assert len(list(tmp_path.glob("eagle-step-*.json"))) == 2
 
 
-@pytest.mark.parametrize("timing", ["eagle steps", "eagle depth", "eagle read", "beam depth", "draft forward"])
-def test_kept_timings_are_shares_of_a_forward_timed_beside_them(tmp_path, monkeypatch, timing):
-    """Every timing the rules weigh beside the target's forwards (`tuning.kept_beside_forward`) is a share of t(rows, 1)
+@pytest.mark.parametrize("kind", ["eagle steps", "eagle depth", "eagle read", "beam depth", "draft forward"])
+def test_kept_timings_are_shares_of_a_forward_timed_beside_them(tmp_path, monkeypatch, kind):
+    """Every timing the rules weigh beside the target's forwards (`curves.kept_beside_forward`) is a share of t(rows, 1)
     timed right after it, not of the kept t(1, 1) timed at another hour: a host that runs everything twice as slowly
     while they are timed gives the same costs (the seconds here are made up: the timers are replaced)."""
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
     target, draft = (mtdecode.CausalLM(model) for model in pair())
     rows, share = 2, 0.3
-    forward = tuning.batch_seconds(target, rows, 1)  # the kept curve, measured before the timers are replaced
-    steps = functools.partial(tuning.measure_eagle_steps, target, head(), 3, rows, lambda d, n: None, lookup=True)
+    forward = curves.batch_seconds(target, rows, 1)  # the kept curve, measured before the timers are replaced
+    steps = functools.partial(probes.measure_eagle_steps, target, head(), 3, rows, lambda d, n: None, lookup=True)
     timers = {  # the timer replaced, and the cost as the rules get it
         "eagle steps": ("_time_eagle_steps", lambda: steps().step),
-        "eagle depth": ("_time_depth", lambda: tuning.measure_depth_cost(target, head(), 3, rows)),
-        "eagle read": ("_time_read", lambda: tuning.measure_read_cost(target, head(), rows) * tuning.READ_TOKENS),
-        "beam depth": ("_time_beam_depth", lambda: tuning.measure_beam_depth_cost(target, draft, 2, rows)),
-        "draft forward": (None, lambda: tuning.draft_forward_cost(target, draft, rows)),
+        "eagle depth": ("_time_depth", lambda: probes.measure_depth_cost(target, head(), 3, rows)),
+        "eagle read": ("_time_read", lambda: probes.measure_read_cost(target, head(), rows) * probes.READ_TOKENS),
+        "beam depth": ("_time_beam_depth", lambda: probes.measure_beam_depth_cost(target, draft, 2, rows)),
+        "draft forward": (None, lambda: curves.draft_forward_cost(target, draft, rows)),
     }
-    timer, cost = timers[timing]
+    timer, cost = timers[kind]
 
     def timed(slower: float) -> float:
         """The cost, measured in its own folder on a host `slower` times as slow as the kept curve says."""
         monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path / f"x{slower}"))
         seconds = slower * share * forward
         if timer is not None:
-            parts = dict.fromkeys(tuning.EagleStepCosts._fields, seconds)
-            monkeypatch.setattr(tuning, timer, lambda *_, **__: parts if timer == "_time_eagle_steps" else seconds)
-        monkeypatch.setattr(tuning, "_time_forward", lambda model, _: seconds if model is draft else slower * forward)
+            parts = dict.fromkeys(probes.EagleStepCosts._fields, seconds)
+            monkeypatch.setattr(probes, timer, lambda *_, **__: parts if timer == "_time_eagle_steps" else seconds)
+        monkeypatch.setattr(timing, "_time_forward", lambda model, _: seconds if model is draft else slower * forward)
         return cost()
 
     costs = [timed(1.0), timed(2.0)]
     # a share of t(2, 1), in units of t(1, 1)
-    assert costs == pytest.approx([share * tuning.batch_relative(target, rows, 1)] * 2, rel=1e-12), costs
+    assert costs == pytest.approx([share * curves.batch_relative(target, rows, 1)] * 2, rel=1e-12), costs
 
 
-@pytest.mark.parametrize("runs", [1, tuning.STEP_RUNS])
+@pytest.mark.parametrize("runs", [1, probes.STEP_RUNS])
 def test_one_slow_catch_up_sets_the_heads_read_only_when_it_is_the_only_sample(tmp_path, monkeypatch, runs):
     """The head's catch-up is one step of a run, so `measure_eagle_steps` makes each run `STEP_RUNS` times and takes
     the median of their first steps: one catch-up that the host delays (0.3 s here, in the first timed run) then
@@ -792,39 +792,39 @@ def test_one_slow_catch_up_sets_the_heads_read_only_when_it_is_the_only_sample(t
 
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
-    monkeypatch.setattr(tuning, "STEP_RUNS", runs)
+    monkeypatch.setattr(probes, "STEP_RUNS", runs)
     model = mtdecode.CausalLM(pair()[0])
     catch_ups, real = [], eagle_module.read_features  # the entries of each catch-up on the prompts
 
     def delayed(s, runner, features, root):
         entries = max(len(f) for f in features)
-        if entries >= tuning.STEP_PROMPT:  # the prompts' features: a run's first drafting step
+        if entries >= probes.STEP_PROMPT:  # the prompts' features: a run's first drafting step
             catch_ups.append(entries)
             if len(catch_ups) == 2:  # the untimed warm-up run's is the first; the first timed run's the second
                 time.sleep(0.3)
         return real(s, runner, features, root)
 
     monkeypatch.setattr(eagle_module, "read_features", delayed)
-    tuning.measure_eagle_steps(
+    probes.measure_eagle_steps(
         model, head(), 3, 2, lambda depth, nodes: Eagle(head(), depth=depth, width=3, tree_size=nodes), lookup=True
     )
     (kept,) = tmp_path.glob("eagle-step-*.json")  # the timings as kept, in seconds
-    seconds = json.loads(kept.read_text())["value"]["read"] * (tuning.STEP_PROMPT - 1)  # the catch-up on the prompts
+    seconds = json.loads(kept.read_text())["value"]["read"] * (probes.STEP_PROMPT - 1)  # the catch-up on the prompts
     assert len(catch_ups) >= 1 + runs
     assert (seconds > 0.25) == (runs == 1), (runs, seconds)
 
 
 def test_the_heads_reading_is_measured_once_per_number_of_rows(tmp_path, monkeypatch):
-    """`tuning.measure_read_cost`: a positive cost per entry, kept on disk (the same number again, one file per number
+    """`probes.measure_read_cost`: a positive cost per entry, kept on disk (the same number again, one file per number
     of rows), and refused as an argument when it is not a cost."""
     from mtdecode.policy.adaptive import reading_cost
 
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     monkeypatch.delenv("MTDECODE_COSTS", raising=False)
     model = mtdecode.CausalLM(pair()[0])
-    one, two = tuning.measure_read_cost(model, head(), 1), tuning.measure_read_cost(model, head(), 2)
+    one, two = probes.measure_read_cost(model, head(), 1), probes.measure_read_cost(model, head(), 2)
     assert one > 0 and two > 0
-    assert tuning.measure_read_cost(model, head(), 2) == two
+    assert probes.measure_read_cost(model, head(), 2) == two
     assert len(list(tmp_path.glob("eagle-read-*.json"))) == 2
     # a read is priced in proportion to its entries (the head's grows faster than the target's forward)
     assert reading_cost(two, 158) == pytest.approx(158 * two) and reading_cost(two, 0) == reading_cost(0.0, 5) == 0
@@ -863,7 +863,7 @@ def test_jacobis_later_places_start_from_the_place_before():
 
 
 def test_jacobis_first_place_starts_from_the_models_measured_acceptance(tmp_path, monkeypatch):
-    """`tuning.jacobi_acceptance` is a chance, measured once per model and kept on disk; `Jacobi`'s rule starts its
+    """`priors.jacobi_acceptance` is a chance, measured once per model and kept on disk; `Jacobi`'s rule starts its
     first place there: at one row, where a guess costs 0.05 of a forward, a prior of 1/2 verifies guesses in the first
     step, and one of 0.02 verifies none until the row has rested its patience (then it may try one)."""
     from mtdecode.policy.rule import PATIENCE
@@ -871,16 +871,16 @@ def test_jacobis_first_place_starts_from_the_models_measured_acceptance(tmp_path
 
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     target = pair()[0]
-    measured = tuning.jacobi_acceptance(mtdecode.CausalLM(target))
+    measured = priors.jacobi_acceptance(mtdecode.CausalLM(target))
     assert 0 <= measured <= 1
-    monkeypatch.setattr(tuning, "_target_text", lambda *_: pytest.fail("measured twice"))
-    assert tuning.jacobi_acceptance(mtdecode.CausalLM(target)) == measured
+    monkeypatch.setattr(priors, "_target_text", lambda *_: pytest.fail("measured twice"))
+    assert priors.jacobi_acceptance(mtdecode.CausalLM(target)) == measured
     # the measurement's steps are Jacobi(block=1)'s, started from the same guess
     for text, guess in (([1, 2, 3], 3), ([5, 9, 9, 9], 9), ([4], 7)):
         monkeypatch.setattr(jacobi, "prompt_tokens", lambda s, n, g=guess: torch.full((s.batch, n), g))
         steps = mtdecode.generate(target, text, Jacobi(block=1), max_new_tokens=16).steps
         theirs = [step.accepted > 0 for step in steps if step.drafted]
-        assert tuning.jacobi_guesses(mtdecode.CausalLM(target), text, guess, 16)[: len(theirs)] == theirs
+        assert priors.jacobi_guesses(mtdecode.CausalLM(target), text, guess, 16)[: len(theirs)] == theirs
     runs = {
         a: mtdecode.generate(
             target, [1, 2, 3], Jacobi(policy=Adaptive(costs=linear(0.0, 0.05), acceptance=a)), max_new_tokens=12
@@ -923,15 +923,15 @@ def test_lookaheads_candidate_record_is_kept_until_a_step_verifies_candidates():
 
 
 def test_a_drafts_acceptance_is_measured_once_on_the_targets_own_text(tmp_path, monkeypatch):
-    """`tuning.draft_acceptance`: 1 for the target drafting for itself, less for an unrelated model, kept on disk."""
+    """`priors.draft_acceptance`: 1 for the target drafting for itself, less for an unrelated model, kept on disk."""
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
     target, draft = mtdecode.CausalLM(pair()[0]), mtdecode.CausalLM(tiny_model("llama", vocab_size=VOCAB, seed=9))
-    assert tuning.draft_acceptance(target, target) == 1.0
-    measured = tuning.draft_acceptance(target, draft)
+    assert priors.draft_acceptance(target, target) == 1.0
+    measured = priors.draft_acceptance(target, draft)
     assert 0 <= measured < 1
-    monkeypatch.setattr(tuning, "_score_draft", lambda *_: pytest.fail("measured twice"))
-    assert tuning.draft_acceptance(target, draft) == measured
-    assert tuning.draft_acceptance(mtdecode.CausalLM(target.hf), mtdecode.CausalLM(draft.hf)) == measured  # the disk's
+    monkeypatch.setattr(priors, "_score_draft", lambda *_: pytest.fail("measured twice"))
+    assert priors.draft_acceptance(target, draft) == measured
+    assert priors.draft_acceptance(mtdecode.CausalLM(target.hf), mtdecode.CausalLM(draft.hf)) == measured  # the disk's
 
 
 def test_prompt_lookup_starts_its_copies_record_from_the_suites_rates(monkeypatch):

@@ -11,9 +11,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import mtdecode
-from mtdecode import masks, tuning
+from mtdecode import masks
 from mtdecode.copying import lookup
+from mtdecode.costs import curves, timing
 from mtdecode.model import Runner
+from mtdecode.policy import report, search
 from mtdecode.strategies import Jacobi, Lookahead, PromptLookup
 from mtdecode.strategies.lookahead import NgramPool, Window
 from mtdecode.testing import assert_greedy_parity, greedy_tokens, tiny_model
@@ -71,7 +73,7 @@ def test_lookahead_greedy_equals_autoregressive(family, prompt, w, n, g, prompt_
     prompt=prompts,
     w=st.integers(1, 4),
     n=st.integers(2, 4),
-    curve=st.lists(st.floats(0.5, 3.0), min_size=len(tuning.SIZES) - 1, max_size=len(tuning.SIZES) - 1),
+    curve=st.lists(st.floats(0.5, 3.0), min_size=len(timing.SIZES) - 1, max_size=len(timing.SIZES) - 1),
     max_new_tokens=budgets,
 )
 @example(prompt=[0], w=1, n=4, curve=[1.0] * 4 + [2.0] * 4 + [3.0, 1.0], max_new_tokens=6)  # found by test-hosts
@@ -79,7 +81,7 @@ def test_lookahead_with_its_candidate_rule_equals_greedy(prompt, w, n, curve, ma
     """G tuned: each step verifies the candidates the rule says pay, on any forward-cost curve (dips included)."""
     from mtdecode.policy.adaptive import Candidates
 
-    costs = dict(zip(tuning.SIZES, [1.0, *curve], strict=True))
+    costs = dict(zip(timing.SIZES, [1.0, *curve], strict=True))
     verified = []  # candidates each step verified
 
     def counted(plan, found, rows):
@@ -89,10 +91,10 @@ def test_lookahead_with_its_candidate_rule_equals_greedy(prompt, w, n, curve, ma
 
     worth_trying = Candidates.verify
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: costs)
+        patch.setattr(timing, "forward_costs", lambda _model, rows=1, **_: costs)
         patch.setattr(Candidates, "verify", counted)
         assert_greedy_parity(model(), prompt, Lookahead(w, n, None), max_new_tokens=max_new_tokens)
-    assert all(count <= tuning.choose(costs, w, n, prompt_pool=True)[2] for count in verified)
+    assert all(count <= search.choose(costs, w, n, prompt_pool=True)[2] for count in verified)
 
 
 @pytest.mark.parametrize(
@@ -221,69 +223,69 @@ def test_lookup_takes_the_latest_match_and_falls_back_to_shorter_ngrams():
 
 
 def test_tuning_picks_small_inputs_when_forwards_grow_and_large_ones_when_they_do_not():
-    flat = {n: 1.0 for n in tuning.SIZES}
-    steep = {n: float(n) ** 0.9 for n in tuning.SIZES}
-    w, n, g = tuning.choose(flat)
+    flat = {n: 1.0 for n in timing.SIZES}
+    steep = {n: float(n) ** 0.9 for n in timing.SIZES}
+    w, n, g = search.choose(flat)
     assert (w + g) * (n - 1) >= 40  # a GPU-like profile: the more guesses the better
-    w, n, g = tuning.choose(steep)
+    w, n, g = search.choose(steep)
     assert (w + g) * (n - 1) <= 4
-    assert tuning.choose(steep, window=7, ngram=5)[:2] == (7, 5)  # a value given is kept
-    assert tuning.relative_cost({1: 1.0, 4: 2.0, 8: 4.0}, 6) == 3.0
-    assert tuning.relative_cost({1: 1.0, 4: 2.0, 8: 4.0}, 10) == 5.0
+    assert search.choose(steep, window=7, ngram=5)[:2] == (7, 5)  # a value given is kept
+    assert curves.relative_cost({1: 1.0, 4: 2.0, 8: 4.0}, 6) == 3.0
+    assert curves.relative_cost({1: 1.0, 4: 2.0, 8: 4.0}, 10) == 5.0
 
 
 def test_tuned_lookahead_decodes_greedily_where_no_setting_can_win(monkeypatch):
     """A host where a forward over 2 tokens already costs 1.9x one token: no (W, N, G) is predicted to
     beat greedy, so Lookahead() decodes at greedy cost and says why; where forwards are flat it looks ahead."""
     m = mtdecode.model.CausalLM.wrap(model())
-    steep = {n: 1.0 if n == 1 else 0.9 * n + 0.1 for n in tuning.SIZES}
-    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: steep)
-    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: {n: 0.0 for n in tuning.SIZES})
-    assert tuning.lookahead_settings(m, None, None, None) is None
-    assert tuning.lookahead_settings(m, 2, None, None) is not None  # a value given: the user asked for lookahead
+    steep = {n: 1.0 if n == 1 else 0.9 * n + 0.1 for n in timing.SIZES}
+    monkeypatch.setattr(timing, "forward_costs", lambda _model, rows=1, **_: steep)
+    monkeypatch.setattr(timing, "scatter", lambda _model, rows=1, **_: {n: 0.0 for n in timing.SIZES})
+    assert search.lookahead_plan(m, None, None, None)[0] is None
+    assert search.lookahead_plan(m, 2, None, None)[0] is not None  # a value given: the user asked for lookahead
     with pytest.warns(mtdecode.GreedyFallbackWarning, match=r"^Lookahead: decodes greedily: its best setting"):
         result = assert_greedy_parity(m, [1, 2, 3], Lookahead(), max_new_tokens=12)
     assert result.stats.target_forwards == 12 and all(step.drafted == 0 for step in result.steps)
     assert [choice.greedy for choice in result.stats.choices] == [True]  # tests/test_fallback.py checks the rest
-    assert "decodes greedily" in tuning.explain(m)[1]
-    flat = {n: 1.0 for n in tuning.SIZES}
-    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: flat)
-    w, n, g = tuning.lookahead_settings(m, None, None, None)
-    assert g >= 1 and "predicted" in tuning.explain(m)[1]
+    assert "decodes greedily" in report.explain(m)[1]
+    flat = {n: 1.0 for n in timing.SIZES}
+    monkeypatch.setattr(timing, "forward_costs", lambda _model, rows=1, **_: flat)
+    w, n, g = search.lookahead_plan(m, None, None, None)[0]
+    assert g >= 1 and "predicted" in report.explain(m)[1]
 
 
 def test_a_predicted_gain_within_the_measurements_scatter_is_not_taken(monkeypatch):
     """Forwards of 2 to 4 tokens at 1.02x one token: the best setting is predicted a little above 1.0x. With
     repeats that scatter by 0 it is taken; when the repeats scatter by more than the predicted gain, greedy."""
     m = mtdecode.model.CausalLM.wrap(model())
-    mild = {n: 1.0 if n == 1 else 1.02 + 0.3 * (n - 4) * (n > 4) for n in tuning.SIZES}
-    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: mild)
-    w, n, g = tuning.choose(mild)
-    gain = tuning.predicted_speedup(mild, w, n, g) - 1
+    mild = {n: 1.0 if n == 1 else 1.02 + 0.3 * (n - 4) * (n > 4) for n in timing.SIZES}
+    monkeypatch.setattr(timing, "forward_costs", lambda _model, rows=1, **_: mild)
+    w, n, g = search.choose(mild)
+    gain = search.predicted_speedup(mild, w, n, g) - 1
     assert 0 < gain < 0.2
-    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: {s: 0.0 for s in tuning.SIZES})
-    assert tuning.lookahead_settings(m, None, None, None) == (w, n, g)
+    monkeypatch.setattr(timing, "scatter", lambda _model, rows=1, **_: {s: 0.0 for s in timing.SIZES})
+    assert search.lookahead_plan(m, None, None, None)[0] == (w, n, g)
     # margin = 2 x gain
-    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: {s: gain for s in tuning.SIZES})
-    assert tuning.lookahead_settings(m, None, None, None) is None
-    assert "within the measurement's scatter" in tuning.explain(m)[1]
+    monkeypatch.setattr(timing, "scatter", lambda _model, rows=1, **_: {s: gain for s in timing.SIZES})
+    assert search.lookahead_plan(m, None, None, None)[0] is None
+    assert "within the measurement's scatter" in report.explain(m)[1]
 
 
 def test_a_batch_takes_a_predicted_gain_only_beyond_the_scatter_and_the_steps_bookkeeping(monkeypatch):
     """Forwards of 2 to 4 tokens at 1.08x one token, in one row and in a batch of 4 alike, and no scatter: the best
-    setting is predicted less than `tuning.BOOKKEEPING` above 1.0x. One row takes it (its candidate rule weighs the
-    bookkeeping step by step); a batch does not, as the batch rule's margin (`tuning.batch_margin`) would not."""
+    setting is predicted less than `curves.BOOKKEEPING` above 1.0x. One row takes it (its candidate rule weighs the
+    bookkeeping step by step); a batch does not, as the batch rule's margin (`curves.batch_margin`) would not."""
     m = mtdecode.model.CausalLM.wrap(model())
-    mild = {n: 1.0 if n == 1 else 1.08 + 0.3 * (n - 4) * (n > 4) for n in tuning.SIZES}
-    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: mild)
-    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: dict.fromkeys(tuning.SIZES, 0.0))
-    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: dict.fromkeys(tuning.SIZES, 0.0))
-    w, n, g = tuning.choose(mild)
-    assert 0 < tuning.predicted_speedup(mild, w, n, g) - 1 < tuning.BOOKKEEPING
-    assert tuning.lookahead_settings(m, None, None, None) == (w, n, g)
-    settings, choice = tuning.lookahead_plan(m, None, None, None, rows=4)
+    mild = {n: 1.0 if n == 1 else 1.08 + 0.3 * (n - 4) * (n > 4) for n in timing.SIZES}
+    monkeypatch.setattr(timing, "forward_costs", lambda _model, rows=1, **_: mild)
+    monkeypatch.setattr(timing, "scatter", lambda _model, rows=1, **_: dict.fromkeys(timing.SIZES, 0.0))
+    monkeypatch.setattr(timing, "uncertainty", lambda _model, rows: dict.fromkeys(timing.SIZES, 0.0))
+    w, n, g = search.choose(mild)
+    assert 0 < search.predicted_speedup(mild, w, n, g) - 1 < curves.BOOKKEEPING
+    assert search.lookahead_plan(m, None, None, None)[0] == (w, n, g)
+    settings, choice = search.lookahead_plan(m, None, None, None, rows=4)
     assert settings is None and choice.greedy and "plus the steps' bookkeeping (5%)" in choice.reason
-    assert tuning.lookahead_plan(m, w, None, None, rows=4)[0] == (w, n, g)  # a value given: the user asked for it
+    assert search.lookahead_plan(m, w, None, None, rows=4)[0] == (w, n, g)  # a value given: the user asked for it
 
 
 def test_tuned_lookahead_measures_once_and_decodes_exactly():
@@ -294,8 +296,8 @@ def test_tuned_lookahead_measures_once_and_decodes_exactly():
     assert result.tokens.shape == (1, 10)
     fell_back = [str(choice) for choice in result.stats.choices if choice.greedy]  # and then it says so, once
     assert [str(w.message) for w in caught if w.category is mtdecode.GreedyFallbackWarning] == fell_back
-    costs = tuning.forward_costs(m)
-    assert tuning.forward_costs(m) is costs and set(costs) == set(tuning.SIZES)
+    costs = timing.forward_costs(m)
+    assert timing.forward_costs(m) is costs and set(costs) == set(timing.SIZES)
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ import functools
 import pytest
 
 import mtdecode
-from mtdecode import Sampler, tuning, verification
-from mtdecode.costs import DraftCosts
+from mtdecode import Sampler, verification
+from mtdecode.costs import DraftCosts, timing
 from mtdecode.policy import Adaptive
 from mtdecode.strategies import Lookahead, PromptLookup
 from mtdecode.testing import tiny_model
@@ -78,10 +78,10 @@ def fix_costs(monkeypatch) -> None:
     """A forward-cost curve that is the same on every host (and for every number of rows), measured without scatter
     or uncertainty, which set the rule's margin: measured, they grow on a busy host until no candidate pays, and the
     rule's width no longer varies."""
-    curve = {n: 1.0 + 0.02 * (n - 1) for n in tuning.SIZES}
-    monkeypatch.setattr(tuning, "forward_costs", lambda _model, rows=1, **_: curve)
-    monkeypatch.setattr(tuning, "scatter", lambda _model, rows=1, **_: dict.fromkeys(tuning.SIZES, 0.0))
-    monkeypatch.setattr(tuning, "uncertainty", lambda _model, rows: dict.fromkeys(tuning.SIZES, 0.0))
+    curve = {n: 1.0 + 0.02 * (n - 1) for n in timing.SIZES}
+    monkeypatch.setattr(timing, "forward_costs", lambda _model, rows=1, **_: curve)
+    monkeypatch.setattr(timing, "scatter", lambda _model, rows=1, **_: dict.fromkeys(timing.SIZES, 0.0))
+    monkeypatch.setattr(timing, "uncertainty", lambda _model, rows: dict.fromkeys(timing.SIZES, 0.0))
 
 
 def test_lookahead_sampling_with_the_rule_matches_autoregressive(monkeypatch):

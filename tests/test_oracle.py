@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
+from mtdecode.beams import choose
 from mtdecode.strategies import Autoregressive, Jacobi, Lookahead, PromptLookup, Speculative
-from mtdecode.strategies.mtad import choose
 from mtdecode.testing import (
     assert_conforms,
     check_beam_sampler,

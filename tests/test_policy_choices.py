@@ -21,9 +21,8 @@ import pytest
 import torch
 
 import mtdecode
-from mtdecode import tuning
 from mtdecode.costs import BatchCosts, DraftCosts
-from mtdecode.policy import Adaptive
+from mtdecode.policy import Adaptive, search
 from mtdecode.strategies import MTAD, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import tiny_model
 from mtdecode.testing.models import perturbed
@@ -101,7 +100,7 @@ def record() -> dict[str, dict[str, list[list[list[int]]]]]:
         rows = len(prompts) if isinstance(prompts[0], list) else 1
         for name, strategy in strategies(target, draft, costs).items():
             with pytest.MonkeyPatch.context() as patch:  # lookahead's settings, fixed
-                patch.setattr(tuning, "lookahead_plan", lambda *a, **k: ((2, 3, 4), None))
+                patch.setattr(search, "lookahead_plan", lambda *a, **k: ((2, 3, 4), None))
                 result = mtdecode.generate(target, prompts, strategy, max_new_tokens=40, pad_token_id=0, **sampling)
             out[setting][name] = [
                 [[s.drafted, s.accepted, len(s.tokens)] for s in result.steps_of(b)] for b in range(rows)

@@ -78,9 +78,10 @@ def test_a_seed_repeats_across_processes_with_default_settings(tmp_path: Path):
 
 def test_reference_costs_are_read_never_timed_and_a_missing_one_is_an_error(monkeypatch, tmp_path):
     """`MTDECODE_COSTS=record-reference` measures a missing cost once, with the host it was measured on; after
-    `tuning.use_reference_costs()` the same cost is read back on any host and nothing is timed; a cost nobody
+    `timing.use_reference_costs()` the same cost is read back on any host and nothing is timed; a cost nobody
     recorded raises instead of being measured under whatever load the machine has."""
-    from mtdecode import store, tuning
+    from mtdecode import store
+    from mtdecode.costs import timing
 
     monkeypatch.setattr(store, "REFERENCE", tmp_path)
     monkeypatch.setenv("MTDECODE_COSTS", "record-reference")
@@ -90,10 +91,10 @@ def test_reference_costs_are_read_never_timed_and_a_missing_one_is_an_error(monk
     assert recorded == {"seconds": 0.25} and calls == [1]
     assert "measured_on" in path.read_text() and "cpu" in path.read_text()
 
-    tuning.use_reference_costs()  # keeps recording while MTDECODE_COSTS says so
+    timing.use_reference_costs()  # keeps recording while MTDECODE_COSTS says so
     assert store.reference_mode() == "record-reference"
     monkeypatch.setenv("MTDECODE_COSTS", "")
-    tuning.use_reference_costs()
+    timing.use_reference_costs()
     assert store.reference_mode() == "reference" and store.host_key() == {"host": "reference"}
     assert store.kept("probe", {"model": "m"}, lambda: calls.append(2) or {"seconds": 9.0}) == {"seconds": 0.25}
     assert calls == [1], "a reference cost was measured again"

@@ -30,13 +30,14 @@ import torch
 from transformers.utils import logging
 
 import mtdecode
-from mtdecode import course, tuning
+from mtdecode import course
+from mtdecode.costs import timing
 from mtdecode.strategies import Speculative
 from mtdecode.testing import check_rejection_sampler, mutants, tiny_model
 from mtdecode.testing.models import perturbed
 
 logging.disable_progress_bar()
-tuning.use_reference_costs()  # the drafting rules weigh costs measured on an idle reference host (notebook 4)
+timing.use_reference_costs()  # the drafting rules weigh costs measured on an idle reference host (notebook 4)
 
 # %% [markdown]
 # ## The rule

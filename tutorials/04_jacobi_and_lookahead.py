@@ -31,13 +31,15 @@ from einops import rearrange
 from transformers.utils import logging
 
 import mtdecode
-from mtdecode import course, tuning
+from mtdecode import course
+from mtdecode.costs import curves, timing
 from mtdecode.masks import figures
+from mtdecode.policy import search
 from mtdecode.strategies import Autoregressive, Lookahead
 from mtdecode.strategies.lookahead import NgramPool
 
 logging.disable_progress_bar()
-tuning.use_reference_costs()  # costs measured once on an idle reference host, not under today's load (see below)
+timing.use_reference_costs()  # costs measured once on an idle reference host, not under today's load (see below)
 
 # %% [markdown]
 # ## Jacobi iteration on a real sentence
@@ -154,43 +156,43 @@ plt.show()
 #
 # A step feeds (W + G)(N - 1) tokens. On a large GPU a forward over 56 tokens costs about what a forward
 # over 1 does, which is why the paper's defaults are W = 7, N = 5, G = 7. On a CPU the cost grows with the
-# number of tokens. `mtdecode.tuning` measures it once per model, device and host, and keeps it on disk.
-# This notebook uses the **reference costs** that ship with mtdecode instead (`tuning.use_reference_costs()`
+# number of tokens. `mtdecode.costs` measures it once per model, device and host, and keeps it on disk.
+# This notebook uses the **reference costs** that ship with mtdecode instead (`timing.use_reference_costs()`
 # in the first cell): SmolLM2's costs measured once on an idle 2-core CPU, listed in the docs' measurements
 # page. So every number below is the same on every machine, and a busy class server cannot change a
 # conclusion. Leave that call out to measure your own machine (it takes a minute, once).
 
 # %%
-costs = tuning.forward_costs(smol)
+costs = timing.forward_costs(smol)
 sizes = sorted(costs)
 fig, ax = plt.subplots(figsize=(6, 3))
-ax.plot(sizes, [tuning.relative_cost(costs, n) for n in sizes], "o-")
+ax.plot(sizes, [curves.relative_cost(costs, n) for n in sizes], "o-")
 ax.set_xlabel("new tokens in one forward")
 ax.set_ylabel("cost / cost of 1 token")
 ax.set_title("this machine's forward-cost curve (SmolLM2)")
 plt.show()
 
 # %% [markdown]
-# With a simple model of how often a candidate's next token is right (`tuning.HIT_RATE`, fitted on chat),
+# With a simple model of how often a candidate's next token is right (`search.HIT_RATE`, fitted on chat),
 # the predicted speed-up is (expected tokens per step) / (relative cost of the step's input). Here it is for
 # N = 3 over W and G; `Lookahead(prompt_pool=False)` picks the best (W, N, G) over a larger grid. The default
-# `Lookahead()` also seeds its pool with the prompt's n-grams, whose hit rate (`tuning.PROMPT_POOL_HIT_RATE`,
+# `Lookahead()` also seeds its pool with the prompt's n-grams, whose hit rate (`search.PROMPT_POOL_HIT_RATE`,
 # fitted on code editing) is higher, and then verifies only the candidates that have been paying.
 
 # %%
 grid = torch.zeros(8, 9)
 for w in range(1, 9):
     for g in range(0, 9):
-        tokens = tuning.expected_tokens(w, 3, g, tuning.HIT_RATE)
-        grid[w - 1, g] = tokens / tuning.relative_cost(costs, (w + g) * 2)
+        tokens = search.expected_tokens(w, 3, g, search.HIT_RATE)
+        grid[w - 1, g] = tokens / curves.relative_cost(costs, (w + g) * 2)
 fig, ax = plt.subplots(figsize=(6, 4))
 image = ax.imshow(grid, origin="lower", extent=(-0.5, 8.5, 0.5, 8.5), cmap="viridis")
 fig.colorbar(image, label="predicted speed-up over greedy")
 ax.set_xlabel("G (candidates verified)")
 ax.set_ylabel("W (window width)")
 plt.show()
-print("Lookahead(prompt_pool=False) picks (W, N, G) =", tuning.choose(costs))
-print("Lookahead() picks (W, N, G) =", tuning.choose(costs, prompt_pool=True))
+print("Lookahead(prompt_pool=False) picks (W, N, G) =", search.choose(costs))
+print("Lookahead() picks (W, N, G) =", search.choose(costs, prompt_pool=True))
 
 # %% [markdown]
 # Now run them on our prompt. Tokens per forward is a count, the same on every machine. The time each run
@@ -238,18 +240,18 @@ course.check("4.1", iterations, min(i for i, row in enumerate(trajectory) if row
              hint="find the first row of `trajectory` that equals `greedy`")  # fmt: skip
 
 # %% [markdown]
-# **Exercise 4.2.** The paper's GPU defaults are W = 7, N = 5, G = 7. With `tuning.expected_tokens` (at
-# `tuning.HIT_RATE`) and `tuning.relative_cost` on the course's `costs`, compute the predicted speed-up over
+# **Exercise 4.2.** The paper's GPU defaults are W = 7, N = 5, G = 7. With `search.expected_tokens` (at
+# `search.HIT_RATE`) and `curves.relative_cost` on the course's `costs`, compute the predicted speed-up over
 # greedy (tokens per step over the step's relative cost) and put it in `speedup`.
 
 # %% tags=["solution"] answer="speedup"
-tokens = tuning.expected_tokens(7, 5, 7, tuning.HIT_RATE)
-cost = tuning.relative_cost(costs, (7 + 7) * (5 - 1))  # a step feeds (W + G)(N - 1) tokens
+tokens = search.expected_tokens(7, 5, 7, search.HIT_RATE)
+cost = curves.relative_cost(costs, (7 + 7) * (5 - 1))  # a step feeds (W + G)(N - 1) tokens
 speedup = tokens / cost
 print(f"{tokens:.2f} tokens per step at {cost:.2f}x the cost of a 1-token forward: predicted {speedup:.2f}x greedy")
 
-# %% tags=["check"] wrong="speedup = tuning.expected_tokens(7, 5, 7, tuning.HIT_RATE)"
-course.check("4.2", speedup, tuning.predicted_speedup(costs, 7, 5, 7), tolerance=1e-9,
+# %% tags=["check"] wrong="speedup = search.expected_tokens(7, 5, 7, search.HIT_RATE)"
+course.check("4.2", speedup, search.predicted_speedup(costs, 7, 5, 7), tolerance=1e-9,
              hint="divide by the relative cost of (W + G)(N - 1) tokens")  # fmt: skip
 
 # %% [markdown]

@@ -28,13 +28,14 @@ import matplotlib.pyplot as plt
 from transformers.utils import logging
 
 import mtdecode
-from mtdecode import course, figures, tuning
+from mtdecode import course, figures
 from mtdecode.bench import load_suite
 from mtdecode.copying import lookup  # prompt lookup's copy, which EAGLE's copy branch shares
+from mtdecode.costs import curves, timing
 from mtdecode.strategies import Autoregressive, Eagle, PromptLookup, Speculative
 
 logging.disable_progress_bar()
-tuning.use_reference_costs()  # costs measured once on an idle reference host (notebook 4), not under today's load
+timing.use_reference_costs()  # costs measured once on an idle reference host (notebook 4), not under today's load
 
 # %% [markdown]
 # ## The idea
@@ -191,7 +192,7 @@ drafting = runs["speculative (4-layer draft)"]
 draft_cost = next(f.cost for step in drafting for f in step.forwards if f.lane == "draft" and f.tokens == 1)
 drafted = sum(step.drafted > 0 for step in drafting)
 first_kept = sum(step.accepted > 0 for step in drafting)
-target_costs = tuning.draft_costs(smol, contenders["speculative (4-layer draft)"].draft)
+target_costs = curves.draft_costs(smol, contenders["speculative (4-layer draft)"].draft)
 extra = target_costs.t(2) - target_costs.t(1)  # one more token in the verifying forward
 print(f"one draft forward costs {draft_cost:.2f} of a target forward; verifying one more token costs {extra:.2f}")
 print(f"a first guess saves a target forward (1.00) only when it is kept: it pays if kept more than "

@@ -36,10 +36,10 @@ from einops import rearrange, reduce
 
 import mtdecode
 from mtdecode import Sampler, course, oracle
+from mtdecode.beams import choose
 from mtdecode.masks import figures
 from mtdecode.sampling import RowRandom
 from mtdecode.strategies import MTAD, Autoregressive
-from mtdecode.strategies.mtad import choose
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import block_cells, sampled_run
 from mtdecode.testing.mtad import check_bounded_error

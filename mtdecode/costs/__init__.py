@@ -2,8 +2,8 @@
 
 A speculative step with k guesses costs T(k) = t(k + 1) + k c (+ o when it verifies any), with t(n) a target forward
 over n tokens and c a draft forward (`DraftCosts`); a batch's forwards cost more with its rows (`BatchCosts`). The
-records are plain data: measured on a host (`mtdecode.tuning`), kept on disk, shipped as reference values, or written
-by hand, and every process that holds the same record makes the same choices.
+records are plain data: measured on a host (`mtdecode.costs.curves`), kept on disk, shipped as reference values,
+or written by hand, and every process that holds the same record makes the same choices.
 """
 
 from collections.abc import Mapping, Sequence
@@ -21,8 +21,8 @@ class DraftCosts:
       (copied from the text, as in prompt lookup).
     - `target`: t(1), t(2), ...: a target forward over 1, 2, ... tokens (so `target[0]` is 1).
     - `overhead`: o, what a step that verifies guesses spends besides its forwards beyond what a plain step spends
-      (verifying, rolling the caches back, the rule itself); 0 by default. `mtdecode.tuning` sets it for one row
-      (`tuning.BOOKKEEPING`); for a batch the rule's margin holds it instead (`BatchCosts.margin`).
+      (verifying, rolling the caches back, the rule itself); 0 by default. `mtdecode.costs.curves` sets it for one row
+      (`curves.BOOKKEEPING`); for a batch the rule's margin holds it instead (`BatchCosts.margin`).
     """
 
     draft: float | int
@@ -43,6 +43,12 @@ class DraftCosts:
         step = self.target[-1] - self.target[-2]
         return self.target[-1] + step * (tokens - len(self.target))
 
+    @no_type_check
+    def catch_up(self, unread: int) -> float:
+        """What the draft's first forward of a step costs beyond one token per row when it must first read `unread`
+        tokens per row: c (t(unread) / t(1) - 1), its forward taken to grow with its tokens as the target's does."""
+        return self.draft * (self.t(max(unread, 1)) / self.t(1) - 1)
+
     def step(self, guesses: int) -> float:
         """T(k) = t(k + 1) + k c, and + o for k > 0."""
         return self.t(guesses + 1) + guesses * self.draft + (self.overhead if guesses > 0 else 0.0)
@@ -61,7 +67,7 @@ class BatchCosts:
       interpolated linearly, and continued past the largest.
     - `margin`: how much sooner a step with guesses must be predicted to end the batch than one without, as a
       fraction, before it counts as a gain: how uncertain the measured costs are and what the model leaves out (each
-      step's bookkeeping). `mtdecode.tuning.batch_draft_costs` sets it from the measurement.
+      step's bookkeeping). `mtdecode.costs.curves.batch_draft_costs` sets it from the measurement.
     """
 
     by_rows: Mapping[int, DraftCosts]

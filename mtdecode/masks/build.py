@@ -115,14 +115,6 @@ def _parents(parents, device) -> tuple[Int[Tensor, "batch new"], bool]:
     return tensor, batched
 
 
-def chain_parents(num_new: int) -> list[int]:
-    """`parents` of a single left-to-right chain: `[-1, 0, 1, ..., num_new - 2]`.
-
-    `tree(chain_parents(n), prefix)` equals `causal(n, prefix)`.
-    """
-    return list(range(-1, num_new - 1))
-
-
 def _check_sizes(num_new: int, prefix: int) -> None:
     if num_new < 1:
         raise ValueError(f"a mask needs at least one new token, got num_new={num_new}")

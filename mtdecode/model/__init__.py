@@ -17,7 +17,6 @@ recurrent or linear-attention state, sparse indexers, ALiBi, windows applied by 
 """
 
 import contextlib
-import inspect
 import weakref
 from collections.abc import Sequence
 from typing import no_type_check
@@ -26,70 +25,41 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode import masks
-from mtdecode.attention import GROUPED_SDPA
 from mtdecode.cache import KVCache, cache_keyword
+from mtdecode.model.support import (
+    UnsupportedModelError,
+    check_static_support,
+    chunk_size,
+    layer_types,
+    sliding_window,
+)
 from mtdecode.tensor_types import Bool, Float, Int, Mask4D, Positions, Tensor, TokenIds
 from mtdecode.tokenwise import computing_only
-
-#: why a kind of layer cannot be decoded with guesses: what it keeps besides keys and values
-_UNSUPPORTED_LAYERS = {
-    **dict.fromkeys(
-        ("linear_attention", "hybrid", "hybrid_sliding", "conv", "mamba", "recurrent"),
-        "recurrent, convolutional or linear-attention layers carry a state from token to token, which cannot be "
-        "rolled back past a rejected guess or split between the branches of a tree",
-    ),
-    "indexed_attention": "a sparse-attention indexer picks each query's keys by its own scores and keeps a cache "
-    "of its own, beside the mask",
-    **dict.fromkeys(
-        ("compressed_sparse_attention", "heavily_compressed_attention"),
-        "compressed caches that pool several tokens into one entry, which cannot be cut at a rejected guess",
-    ),
-}
-#: attention implementations that apply an arbitrary 4-D mask as given
-MASKABLE_ATTENTION = ("sdpa", "eager", GROUPED_SDPA)
-_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
-
-
-class UnsupportedModelError(TypeError):
-    """The model cannot run the forward passes mtdecode needs (custom masks, explicit positions)."""
 
 
 class CausalLM:
     """A decoder-only transformers model that takes explicit positions, masks and a `KVCache`.
 
-    **Arguments:**
+    **Arguments:** `model`, a transformers `PreTrainedModel` with a language-modelling head, in eval mode; `probe`:
+    run the behavioural check that the model obeys custom masks (default on).
 
-    - `model`: a transformers `PreTrainedModel` with a language-modelling head, in eval mode.
-    - `probe`: run the behavioural check that the model obeys custom masks (default on).
-
-    **Raises:**
-
-    `UnsupportedModelError` naming the model class and what is missing.
+    **Raises:** `UnsupportedModelError` naming the model class and what is missing.
     """
 
     def __init__(self, model: PreTrainedModel, *, probe: bool = True) -> None:
-        _check_static_support(model)
+        check_static_support(model)
         self.hf = model
         self.config = model.config
         self.name = getattr(model.config, "name_or_path", "") or type(model).__name__
-        self._sliding_window = _sliding_window(model.config)
-        self._chunk = _chunk_size(model.config)
-        self._layer_types = _layer_types(model.config)
+        self._sliding_window = sliding_window(model.config)
+        self._chunk = chunk_size(model.config)
+        self._layer_types = layer_types(model.config)
         self._cache_keyword = cache_keyword(model.forward)
         self._features_are_last_hidden: bool | None = None  # found on the first `forward_features`
         if probe:
             from mtdecode.model.probe import probe_custom_mask  # the probe drives this adapter through a Runner
 
-            try:
-                probe_custom_mask(self)
-            except UnsupportedModelError:
-                raise
-            except Exception as error:  # the model's own forward broke on an input mtdecode's forwards give it
-                first = (str(error).strip().splitlines() or [""])[0][:200]
-                raise UnsupportedModelError(
-                    f"{type(model).__name__} failed on the probe's forwards (a batch with padding, a cache, "
-                    f"explicit positions and masks): {type(error).__name__}: {first}"
-                ) from error
+            probe_custom_mask(self)
 
     @classmethod
     def wrap(cls, model: "CausalLM | PreTrainedModel") -> "CausalLM":
@@ -150,13 +120,10 @@ class CausalLM:
         - `read`: the new tokens whose outputs the caller reads (default: `valid`). A model whose token-wise layers
           were switched (`mtdecode.tokenwise`) may leave the others' outputs zero; their cache entries must then
           never be seen by a read token.
-        - `logits_to_keep`: if an int > 0, only the last `logits_to_keep` rows of logits are
-          computed; if a 1-D tensor of row indices, only those rows, in that order.
+        - `logits_to_keep`: an int > 0: only the last rows of logits; a 1-D tensor: only those rows, in order.
 
-        **Returns:**
-
-        Logits of shape `(batch, rows, vocab)`: `rows` is `new`, `logits_to_keep` if that is an
-        int > 0, or the number of indices given.
+        **Returns:** logits `(batch, rows, vocab)`: `rows` is `new`, `logits_to_keep` if that is an int > 0, or the
+        number of indices given.
         """
         return self._run(
             input_ids, position_ids, mask, cache, valid=valid, read=read, logits_to_keep=logits_to_keep
@@ -177,9 +144,8 @@ class CausalLM:
         norm's output, which the output layer reads (where `logits_to_keep` cuts the logits, the features of every
         new token are still returned). Feature-level drafts (EAGLE) read it.
 
-        Most families return that as their last hidden state. A few do not (Gemma 3n mixes several streams after
-        it): for those the output layer's own input is captured and the logits are cut here. Which is which is
-        found on the first call, by comparing the two.
+        Most families return that as their last hidden state; for the few that do not (Gemma 3n), the output
+        layer's own input is captured instead (which is which is found on the first call).
 
         **Returns:** the logits, as `forward` returns them, and the features `(batch, new, hidden)`.
         """
@@ -458,60 +424,3 @@ def _additive(mask: Bool[Tensor, "*shape"], dtype: torch.dtype) -> Float[Tensor,
 
 
 _ADAPTERS: "weakref.WeakKeyDictionary[PreTrainedModel, CausalLM]" = weakref.WeakKeyDictionary()
-
-
-def _sliding_window(config) -> int | None:
-    window = getattr(config, "sliding_window", None)
-    layer_types = getattr(config, "layer_types", None)
-    if window is None or (layer_types is not None and "sliding_attention" not in layer_types):
-        return None
-    return int(window)
-
-
-def _chunk_size(config) -> int | None:
-    """The chunk of chunked-attention layers (Llama 4), if the model has such layers."""
-    chunk = getattr(config, "attention_chunk_size", None)
-    layer_types = getattr(config, "layer_types", None) or ()
-    return int(chunk) if chunk is not None and "chunked_attention" in layer_types else None
-
-
-def _layer_types(config) -> tuple[str, ...] | None:
-    layer_types = getattr(config, "layer_types", None)
-    return None if layer_types is None else tuple(layer_types)
-
-
-def _check_static_support(model) -> None:
-    name = type(model).__name__
-    if not isinstance(model, PreTrainedModel):
-        raise UnsupportedModelError(f"{name} is not a transformers PreTrainedModel")
-    if model.get_output_embeddings() is None:
-        raise UnsupportedModelError(f"{name} has no language-modelling head (use an ...ForCausalLM class)")
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise UnsupportedModelError(f"{name} is an encoder-decoder model; mtdecode decodes decoder-only models")
-    params = inspect.signature(model.forward).parameters
-    missing = [p for p in ("position_ids", "attention_mask") if p not in params]
-    if cache_keyword(model.forward) is None:
-        missing.append("cache (or past_key_values)")
-    if missing:
-        raise UnsupportedModelError(f"{name}.forward does not take {', '.join(missing)}")
-    attn = model.config._attn_implementation
-    if attn not in MASKABLE_ATTENTION:
-        raise UnsupportedModelError(
-            f"{name} uses attn_implementation={attn!r}, which cannot take a custom 4-D attention mask; "
-            f"load it with attn_implementation='sdpa' (or 'eager', or mtdecode.attention.GROUPED_SDPA)"
-        )
-    odd = sorted(set(_layer_types(model.config) or ()) - set(_LAYER_TYPES))
-    if odd:
-        why = "; ".join(dict.fromkeys(_UNSUPPORTED_LAYERS.get(kind, "") for kind in odd if kind in _UNSUPPORTED_LAYERS))
-        raise UnsupportedModelError(
-            f"{name} has layer types {odd}" + (f" ({why})" if why else "") + f"; mtdecode supports {list(_LAYER_TYPES)}"
-        )
-    if getattr(model.config, "alibi", False) or getattr(model.config, "position_embedding_type", None) == "alibi":
-        raise UnsupportedModelError(
-            f"{name} uses ALiBi, a bias it builds from a 2-D padding mask by counting columns: it cannot follow "
-            "explicit positions through a cache with holes or a tree"
-        )
-    if model.training:
-        raise UnsupportedModelError(
-            f"{name} is in training mode (dropout would make decoding random); call model.eval()"
-        )

@@ -91,11 +91,21 @@ def probe_custom_mask(adapter: CausalLM) -> ProbeReading:
     Reads the model in its own dtype; where that dtype cannot resolve a leak, reads a float32 copy instead (see the
     module docstring).
 
-    **Raises:** `UnsupportedModelError` naming the model, the stage that failed, the leak, the effect and the noise.
+    **Raises:** `UnsupportedModelError` naming the model, the stage that failed, the leak, the effect and the noise,
+    or the error the model's own forward raised on the probe's inputs.
     """
-    reading = read_probe(adapter)
-    if not reading.resolves and adapter.dtype not in (torch.float32, torch.float64):
-        reading = read_probe(CausalLM(copy.deepcopy(adapter.hf).to(torch.float32), probe=False))
+    try:
+        reading = read_probe(adapter)
+        if not reading.resolves and adapter.dtype not in (torch.float32, torch.float64):
+            reading = read_probe(CausalLM(copy.deepcopy(adapter.hf).to(torch.float32), probe=False))
+    except UnsupportedModelError:
+        raise
+    except Exception as error:  # the model's own forward broke on an input mtdecode's forwards give it
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        raise UnsupportedModelError(
+            f"{type(adapter.hf).__name__} failed on the probe's forwards (a batch with padding, a cache, "
+            f"explicit positions and masks): {type(error).__name__}: {first}"
+        ) from error
     failure = reading.failed()
     if failure is not None:
         stage, leak = failure

@@ -20,8 +20,9 @@ all, is a policy's decision, which the strategy asks for at a few fixed points o
 
 from mtdecode.policy.adaptive import Adaptive
 from mtdecode.policy.fixed import Fixed
+from mtdecode.policy.plans import ChainPlan, TreePlan
 
-__all__ = ["Adaptive", "Fixed", "fixed_or"]
+__all__ = ["Adaptive", "ChainPlan", "Fixed", "TreePlan", "fixed_or"]
 
 
 def fixed_or(k: int | None, policy: Adaptive | Fixed) -> Adaptive | Fixed:

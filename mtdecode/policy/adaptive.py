@@ -1,7 +1,7 @@
 """mtdecode's adaptive policy: guess while a guess is expected to pay for itself, on measured costs.
 
 `Adaptive` holds what the rule weighs (costs and a prior acceptance, measured on this host and kept on disk where
-not given: `mtdecode.tuning`). Each kind of guess gets its plan for a run from it, which asks the rule
+not given: `mtdecode.costs`). Each kind of guess gets its plan for a run from it, which asks the rule
 (`mtdecode.policy.rule`) at the strategy's fixed points and words what it chose for `Stats.choices`
 (`mtdecode.policy.report`).
 """
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from mtdecode import tuning
-from mtdecode.costs import BatchCosts, DraftCosts, candidate_costs
+from mtdecode.costs import BatchCosts, DraftCosts, candidate_costs, curves, priors, probes
 from mtdecode.model import Runner
+from mtdecode.policy import search
 from mtdecode.policy.records import SUITE_RATES, CandidateRecord, CopyRecord, PlaceRecord
 from mtdecode.policy.report import block_choice, candidate_choice, copy_choice, rule_choice, tree_choice
 from mtdecode.policy.rule import expected_tokens, rule_for
@@ -32,14 +32,14 @@ class Adaptive:
     - `costs`: what the rule weighs: `BatchCosts` to weigh the batch's goodput (a batch's rows draft together, as
       many guesses as pay for the whole batch), or one row's `DraftCosts` to weigh each row alone (a row then
       decodes exactly as its prompt alone); None: the batch's, measured on this host once and kept on disk
-      (`mtdecode.tuning`), so that every process weighs the same numbers.
+      (`mtdecode.costs`), so that every process weighs the same numbers.
     - `acceptance`: the rule's prior chance that a first guess is accepted, before the run has verified any; None:
       the draft's (or the model's own, for Jacobi), measured once on this host and kept on disk. Pass it with
       `costs` to make a seeded run repeat on another host.
     - `depth_cost`: for a tree (`Eagle`), what growing it one more depth costs (a head forward over W nodes per row,
       their scores and the choice of children), in units of a 1-token target forward of one row; None: measured on
-      this host (in a run for a batch with measured costs, `tuning.measure_eagle_steps`; else timed alone,
-      `tuning.measure_depth_cost`).
+      this host (in a run for a batch with measured costs, `probes.measure_eagle_steps`; else timed alone,
+      `probes.measure_depth_cost`).
     - `read_cost`: for a tree, what the head's reading of the target's features costs per entry and row; None:
       measured on this host for the batch's rows. Only the batch rule weighs it: a batch drafts first, or again
       after resting, only if a try pays for that catch-up.
@@ -60,7 +60,7 @@ class Adaptive:
 
     def chain(self, s: Session, draft: Runner, *, most: int, name: str, drafting: str = "a draft forward") -> "Chain":
         """A draft model's chain of guesses (`Speculative`): a guess costs a draft forward."""
-        costs = self.costs or tuning.batch_draft_costs(s.target.model, draft.model, s.batch)
+        costs = self.costs or curves.batch_draft_costs(s.target.model, draft.model, s.batch)
         return Chain(s, costs, self.prior(s, draft), most, name, drafting)
 
     def beams(self, s: Session, draft: Runner, *, width: int, most: int) -> "Chain":
@@ -68,61 +68,61 @@ class Adaptive:
         scoring of their children)."""
         costs = self.costs
         if costs is None:
-            depth = tuning.measure_beam_depth_cost(s.target.model, draft.model, width, s.batch)
-            costs = tuning.batch_draft_costs(s.target.model, draft.model, s.batch, draft_cost=depth)
+            depth = probes.measure_beam_depth_cost(s.target.model, draft.model, width, s.batch)
+            costs = curves.batch_draft_costs(s.target.model, draft.model, s.batch, draft_cost=depth)
         return Chain(s, costs, self.prior(s, draft), most, "MTAD", "a depth of the beams")
 
     def copies(self, s: Session, *, most: int) -> "Copies":
         """Prompt lookup's copies: a copied token costs no draft, only its place in the target's forward."""
-        return Copies(s, self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch), most)
+        return Copies(s, self.costs or curves.batch_draft_costs(s.target.model, None, s.batch), most)
 
     def block(self, s: Session, *, most: int) -> "Block":
         """Jacobi's block of `most` guesses: a guess costs its place in the target's forward; the prior is the
-        model's own acceptance of its first guesses, measured once on this host (`tuning.jacobi_acceptance`)."""
-        costs = self.costs or tuning.batch_draft_costs(s.target.model, None, s.batch, longest=most + 1)
-        prior = tuning.jacobi_acceptance(s.target.model) if self.acceptance is None else self.acceptance
+        model's own acceptance of its first guesses, measured once on this host (`priors.jacobi_acceptance`)."""
+        costs = self.costs or curves.batch_draft_costs(s.target.model, None, s.batch, longest=most + 1)
+        prior = priors.jacobi_acceptance(s.target.model) if self.acceptance is None else self.acceptance
         return Block(s, costs, prior, most)
 
     def lookahead(
         self, s: Session, window: int | None, ngram: int | None, guesses: int | None, *, prompt_pool: bool
     ) -> "Candidates":
         """Lookahead's W, N and G: those given, the others chosen for this host's forward costs
-        (`tuning.lookahead_plan`); where G is chosen it is the most candidates a step verifies, and each step
+        (`search.lookahead_plan`); where G is chosen it is the most candidates a step verifies, and each step
         verifies those that pay."""
-        settings, choice = tuning.lookahead_plan(
+        settings, choice = search.lookahead_plan(
             s.target.model, window, ngram, guesses, prompt_pool=prompt_pool, rows=s.batch
         )
-        if choice is not None:  # what the tuning chose and why, for `Stats.choices`
+        if choice is not None:  # what the search chose and why, for `Stats.choices`
             s.record_choice(choice)
         if settings is None or guesses is not None or settings[2] == 0:
             return Candidates(s, settings, None)
         w, n, g = settings
         if self.costs is None:
-            return Candidates(s, settings, tuning.candidate_costs(s.target.model, w, n, g, rows=s.batch))
+            return Candidates(s, settings, curves.lookahead_costs(s.target.model, w, n, g, rows=s.batch))
         return Candidates(s, settings, candidate_costs(self.costs, s.batch, w, n, g))
 
     def tree(self, s: Session, head: HeadRunner, *, depth: int, width: int, lookup: int, timed: Callable) -> "Tree":
         """EAGLE's tree of `depth` x `width` head nodes and a copy of up to `lookup` tokens: a node costs its place in
         the target's forward, a depth of the tree one head forward (`depth_cost`). For a batch with measured costs,
         what a drafting step does beside its target forward is measured in a run of the strategy with fixed trees
-        (`timed(depth, nodes)` gives one; `tuning.measure_eagle_steps`), as the step's overhead and each verified
+        (`timed(depth, nodes)` gives one; `probes.measure_eagle_steps`), as the step's overhead and each verified
         node's share."""
         target, rows = s.target.model, s.batch
         beside = None
         if self.costs is None and rows > 1:  # a drafting step's work beside its target forward, in a run
-            beside = tuning.measure_eagle_steps(target, head.model, width, rows, timed, lookup=lookup > 0)
-        costs = self.costs or tuning.batch_draft_costs(
+            beside = probes.measure_eagle_steps(target, head.model, width, rows, timed, lookup=lookup > 0)
+        costs = self.costs or curves.batch_draft_costs(
             target, None, rows, longest=depth * width + lookup + 1, planned=True,
             draft_cost=None if beside is None else beside.node, overhead=None if beside is None else beside.step,
         )  # fmt: skip
         depth_cost, read_cost = self.depth_cost, self.read_cost
         if depth_cost is None:
             depth_cost = (
-                beside.depth if beside is not None else tuning.measure_depth_cost(target, head.model, width, rows)
+                beside.depth if beside is not None else probes.measure_depth_cost(target, head.model, width, rows)
             )
         together = isinstance(costs, BatchCosts) and rows > 1
         if read_cost is None and (beside is not None or together):  # only the batch rule weighs it
-            read_cost = beside.read if beside is not None else tuning.measure_read_cost(target, head.model, rows)
+            read_cost = beside.read if beside is not None else probes.measure_read_cost(target, head.model, rows)
         # the work a drafting step does before the rule weighs its tree, beyond its catch-up: the first depth's
         # scores (in the costs' overhead where a run measured the step's work)
         first = 0.0 if beside is not None else depth_cost
@@ -130,7 +130,7 @@ class Adaptive:
 
     def prior(self, s: Session, draft: Runner) -> float:
         """The prior acceptance: as given, else the draft's, measured once on this host."""
-        return tuning.draft_acceptance(s.target.model, draft.model) if self.acceptance is None else self.acceptance
+        return priors.draft_acceptance(s.target.model, draft.model) if self.acceptance is None else self.acceptance
 
 
 class Chain:

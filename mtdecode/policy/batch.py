@@ -3,7 +3,7 @@
 **A batch's goodput.** In a batch every row's tokens go through the same forward, padded to the
 widest row, and the draft runs for every row while any row drafts: a step costs t_B(w) + (w - 1) c_B,
 with w the widest row's tokens and B the batch's rows, whatever the other rows feed. On a CPU a forward
-over B rows grows with their tokens much faster than one over a single row (`mtdecode.tuning`
+over B rows grows with their tokens much faster than one over a single row (`mtdecode.costs`
 measures t(B, n)), so a guess that pays for one row can cost more than it brings in a batch. And a
 batch of prompts runs until its last row ends: a row that guesses well and ends early leaves its
 place idle, so the batch's tokens per second rise only when its slowest rows go faster. Given
@@ -18,7 +18,7 @@ in advance it picks the width w with the lowest F (row b verifies min(w, its gue
 units of t_1(1), so that steps of any batch compare.
 
 - The first guess of a step also pays for the draft's catch-up, where the draft must first read what
-  was committed while the batch did not draft (the prompt, on the first step; `BatchRule.catch_up`).
+  was committed while the batch did not draft (the prompt, on the first step; `DraftCosts.catch_up`).
 - A row whose guesses do not pay still verifies what the batch's width holds for it, at no extra cost.
 - The rows share their calibration (the draft and the target are the same for every row), each row's chances
   scaled by how its own guesses fared against the pool's, and a row's acceptance a is its own record with the
@@ -49,15 +49,10 @@ from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 
 class BatchRule(Rule):
-    """The batch rule (the module's docstring): the rows weighed as one, by when the batch would end.
-
-    **Arguments:** as `mtdecode.policy.rule.rule_for`'s; `wait_first`: start as a batch that has rested its
-    patience, so that its first drafting step is a try that `may_try` weighs with the catch-up it needs (`idle`'s
-    `reading`; `start` lets no row draft more until the batch has drafted once): for a draft whose first guess
-    costs work the rule cannot weigh before it is done (`Eagle`'s head reading the prompts' features), or whose
-    first read of the prompts is a bet on an acceptance no row has shown yet (`Speculative`'s and `MTAD`'s draft
-    model: the batch's end is set by its slowest row, and the prior cannot tell which prompts' rows will be slow).
-    """
+    """The batch rule (the module's docstring): the rows weighed as one, by when the batch would end. Arguments as
+    `mtdecode.policy.rule.rule_for`'s; `wait_first` starts it rested, so that its first drafting step is a try that
+    must pay for the work it needs first (a head reading the prompts' features, a draft model reading the prompts
+    on an acceptance no row has shown yet: the batch's end is set by its slowest row)."""
 
     pools_rows = True
 
@@ -70,12 +65,9 @@ class BatchRule(Rule):
         acceptance: float = 0.5,
         wait_first: bool = False,
     ) -> None:
-        #: guesses must end the batch this much sooner to count (`BatchCosts.margin`)
-        self.margin = costs.margin
-        # the batch's own record: its steps without drafting and its patience (the rows' move in step with them)
-        self.batch_rested, self.batch_patience = (PATIENCE if wait_first else 0), PATIENCE
-        # with `wait_first`, the batch has not drafted yet: its first drafting step must be a try (`start`)
-        self.waiting = wait_first
+        self.margin = costs.margin  # guesses must end the batch this much sooner to count
+        # the batch's steps without drafting and its patience; `waiting`: not drafted yet (its first step is a try)
+        self.batch_rested, self.batch_patience, self.waiting = (PATIENCE if wait_first else 0), PATIENCE, wait_first
         self.asked = 0.0  # the catch-up that `idle` last weighed a try against
         self.tried = False  # the batch's last step was a try that paid for its guess (`record`)
         super().__init__(costs.at(batch), batch, device, remaining, PooledCalibration(batch, device, acceptance))
@@ -83,17 +75,15 @@ class BatchRule(Rule):
     # ------------------------------------------------------------------ a chain
 
     def first(self, unread: list[int], left: list[int] | list[float]) -> Bool[Tensor, " batch"]:
-        """`start`'s choice for the batch: every row in play drafts, or none; the first guess pays for the widest
-        row's catch-up (every row feeds as many), spread over the batch's tokens left; a waiting batch begins with
-        a try."""
-        self.reading = self.catch_up(max(unread))  # the whole catch-up, which a try weighs (`may_try`)
+        """`start`'s choice: every row in play drafts, or none; the first guess pays for the widest row's catch-up
+        (every row feeds as many); a waiting batch begins with a try."""
+        self.reading = self.costs.catch_up(max(unread))  # the whole catch-up, which a try weighs (`may_try`)
         self.setup = self.reading / max(left)
         pays = torch.zeros_like(self.playing) if self.waiting else self.pays().expand(self.batch)
         self.probing = self.playing & ~pays & self.may_try()
         return pays
 
-    def grown(self) -> Float[Tensor, " batch"]:
-        """The rows that drew guess i: their E(i) grows, the others' stays (their place counts)."""
+    def grown(self) -> Float[Tensor, " batch"]:  # the rows that drew guess i: their E(i) grows, the others' stays
         return torch.where(self.going, self.survive, 0.0)
 
     def more(
@@ -107,8 +97,7 @@ class BatchRule(Rule):
         return pays
 
     def pays(self) -> Bool[Tensor, " batch"]:
-        """(batch rule) for guess i + 1 over the rows still drafting: the batch's finish with it against without it,
-        the same answer for every row."""
+        """(batch rule) for guess i + 1: the batch's finish with it against without it, one answer for every row."""
         i = len(self.confidences)
         added = self.costs.step(i + 1) - self.costs.step(i)  # c + t(i + 2) - t(i + 1), and o for the first guess
         added += self.setup if i == 0 else 0.0
@@ -127,9 +116,8 @@ class BatchRule(Rule):
         expected: Float[Tensor, "batch options"] | Callable[[], Float[Tensor, "batch options"]],
         available: Int[Tensor, " batch"],
     ) -> Int[Tensor, " batch"]:
-        """`plan_expected` for the batch: the width w with which the batch would end soonest (`finish`, over the
-        rows in play; E_b(min(w, available[b])) per row); row b verifies min(w, available[b]). A step that
-        `stays` is planned without weighing `expected`."""
+        """`plan_expected` for the batch: the width w with which it would end soonest (`finish`); row b verifies
+        min(w, available[b]). A step that `stays` is planned without weighing `expected`."""
         best = 0 if self.stays(available) else self.width(expected() if callable(expected) else expected, available)
         could = (available > 0) & self.playing
         probe = best == 0 and bool(could.any()) and self.may_try()
@@ -138,12 +126,9 @@ class BatchRule(Rule):
         return available.clamp(max=1 if probe else best) * self.playing
 
     def stays(self, available: Int[Tensor, " batch"]) -> bool:
-        """Before any guess's chance is weighed: whether `width` is 0 whatever the chances, because a row in play
-        with nothing to verify (`available[b]` 0) has as many tokens left as any row in play. That row makes one
-        token a step (E(0) = 1), so the batch ends with it whatever the others verify (`finish`), and a wider step
-        only costs more, unless some T(w) undercuts T(0) by the margin (a measured curve may dip). Most steps of a
-        batch whose rows find a copy now and then are such (prompt lookup on chat-like prompts); they spare weighing
-        the chances."""
+        """Whether `width` is 0 whatever the chances: a row in play with nothing to verify has as many tokens left
+        as any row in play, so the batch ends with it (one token a step) whatever the others verify, and a wider
+        step only costs more, unless some T(w) undercuts T(0) by the margin. Such steps spare weighing chances."""
         playing, guesses = self.playing.tolist(), available.tolist()  # a few numbers: Python, not small tensors
         left = self.remaining().tolist() if self.remaining is not None else [1] * len(guesses)
         resting = [n for n, play, k in zip(left, playing, guesses, strict=True) if play and k == 0]
@@ -159,10 +144,9 @@ class BatchRule(Rule):
         cost: Float[Tensor, " options"] | None = None,
         extra: float = 0.0,
     ) -> int:
-        """The width w with which the batch would end soonest (`finish` over the rows in play), row b verifying
-        min(w, `available[b]`) guesses worth `expected[b]` E(0..width), a step with guesses costing `extra` more
-        than its verification; 0 unless w ends it sooner than none by the margin. No w beyond the most guesses of
-        any row is weighed: it would verify nothing more."""
+        """The width w with which the batch would end soonest (`finish`), row b verifying min(w, `available[b]`)
+        guesses worth `expected[b]` E(0..width), a step with guesses costing `extra` more; 0 unless w beats none by
+        the margin."""
         width = min(expected.shape[1] - 1, int(available.max()))
         expected = expected[:, : width + 1]
         device = expected.device
@@ -184,17 +168,11 @@ class BatchRule(Rule):
         extra: float = 0.0,
         rows: Bool[Tensor, " batch"] | None = None,
     ) -> bool:
-        """Whether the batch should rest this step, drafting nothing and skipping the work that drafting needs
-        before the rule can weigh its guesses (`Eagle`'s head reading the target's features and scoring its first
-        depth, which costs `extra` every step it drafts, and first `reading`, its catch-up on what it has not read):
-        its last step verified no guess (or it waits first), it is not due to try one (`may_try`, whose try pays
-        for the catch-up), and no guess whose chances are known before drafting (`expected`, E(0..width) per row,
-        of `available` guesses, such as a copy) would pay on its own, with that work. Call `rest` for such a step.
-
-        A strategy whose guesses' chances the batch has learned nothing about since it chose to rest (a draft's
-        acceptance, Jacobi's record of each place: they change only when guesses are verified) leaves `expected`
-        out and passes the `rows` that may draft now: the batch then rests on while they are the rows of its last
-        step (a row that ended may have been the slowest, whose end the batch rule weighs), until its next try."""
+        """Whether the batch rests this step, skipping the work drafting needs before its guesses can be weighed
+        (`extra` each drafting step, and first `reading`, the catch-up): its last step verified no guess (or it
+        waits first), no try is due (`may_try`), and no guess whose chances are known before drafting (`expected`,
+        E(0..width) per row of `available` guesses, such as a copy) would pay with that work. Without `expected`
+        (chances that change only when guesses are verified), it rests on while `rows` are its last step's rows."""
         self.asked = reading  # the catch-up a try would pay for now, as last weighed here (the choice words it)
         if self.batch_rested == 0 or self.may_try(reading, extra):
             return False
@@ -205,12 +183,9 @@ class BatchRule(Rule):
         return self.width(expected, available, extra=extra + reading) == 0
 
     def may_try(self, reading: float | None = None, extra: float = 0.0) -> bool:
-        """Whether a batch that drafts nothing should try one guess in every row: it has rested `PATIENCE` steps
-        (more after tries that did not pay), and a first guess could still pay at an optimistic acceptance, the
-        rows' pooled rate plus one standard error, at most 1 (a try teaches the rule about every row at once, so
-        after one or two tries that did not pay, a batch whose guesses cannot pay stops trying). A try also pays
-        for the draft's whole catch-up (`reading`; default: the one `start` weighed) and any other work a step with
-        a guess needs (`extra`)."""
+        """Whether a resting batch tries one guess in every row: it rested `PATIENCE` steps (more after tries that
+        did not pay), and a first guess could pay at an optimistic acceptance (`Calibration.optimistic`) with the
+        draft's whole catch-up (`reading`; default: `start`'s) and any other work it needs (`extra`)."""
         if self.batch_rested < self.batch_patience or not self.left_for_try(self.batch_patience).any():
             return False
         reading = self.reading if reading is None else reading
@@ -223,10 +198,8 @@ class BatchRule(Rule):
         accepted: Int[Tensor, " batch"],
         extra_cost: float | Float[Tensor, " batch"] = 0.0,
     ) -> None:
-        """`Rule.record`, and the batch's steps without drafting and its patience: reset by a try whose accepted
-        guesses paid for the guess and after which the batch drafted on, doubled by one that did not pay or after
-        which the batch at once drafted nothing (the rows paid for the guess on average, not its slowest rows, whose
-        end the batch rule weighs)."""
+        """`Rule.record`, and the batch's rests and patience: reset by a try that paid and after which the batch
+        drafted on, doubled by one that did not pay or after which it at once drafted nothing."""
         playing = self.playing
         width = int(drafted[playing].max()) if bool(playing.any()) else 0
         tried, self.tried = self.tried, False
@@ -254,9 +227,8 @@ class BatchRule(Rule):
         expected: Float[Tensor, " batch"] | None = None,
         spent: float = 1.0,
     ) -> Bool[Tensor, " batch"]:
-        """Whether work of `cost` that adds `gain[b]` expected tokens to row b pays: the batch finishes sooner with
-        it (`finish`, the step so far making `expected[b]` tokens in row b at a cost of `spent`; the same answer for
-        every row of `rows`)."""
+        """Whether work of `cost` adding `gain[b]` expected tokens to row b ends the batch sooner (`finish`, the step
+        so far making `expected[b]` tokens at a cost of `spent`; one answer for every row of `rows`)."""
         expected = torch.ones_like(gain) if expected is None else expected.double()
         costs = torch.tensor([spent, spent + cost], dtype=torch.float64, device=gain.device)
         both = torch.stack([expected, expected + torch.where(rows, gain.double(), 0.0)], dim=1)  # (batch, 2)
@@ -270,9 +242,7 @@ class BatchRule(Rule):
         rows: Bool[Tensor, " batch"] | None = None,
     ) -> Float[Tensor, " options"]:
         """The batch's time to its last row's end if every step were like this one, for each option: the step's
-        `cost` times the most steps any row in play (`rows`, default those of this step) still needs, its remaining
-        budget over its `expected` tokens per step. A batch runs until its last row ends, so a row that guesses
-        well but finishes early leaves its place idle: what counts is how soon the slowest row ends."""
+        `cost` times the most steps any row in play (`rows`) still needs, its budget over its `expected` tokens."""
         rows = self.playing if rows is None else rows
         left = self.remaining().double().clamp(min=1) if self.remaining is not None else torch.ones_like(expected[:, 0])
         steps = torch.where(rows[:, None], left.to(expected)[:, None] / expected.clamp(min=1e-9), 0.0)

@@ -97,7 +97,7 @@ class PlaceRecord:
     """How often a guess at each place of the block was accepted, given the guesses before it were, over the steps
     that verified it; with `pooled`, every row's record together (the batch rule: the rows share the model and learn
     as many times faster as they are). The prior of the first place is `first` (`Jacobi` passes the model's measured
-    `tuning.jacobi_acceptance`), that of each later place the estimate of the place before it (`PRIOR` guesses'
+    `priors.jacobi_acceptance`), that of each later place the estimate of the place before it (`PRIOR` guesses'
     worth each): a later place is verified only after the guesses before it were accepted, so its own record stays
     short, and an even chance there would keep a block whose first guess is seldom right worth verifying."""
 

@@ -2,6 +2,9 @@
 
 from collections.abc import Sequence
 
+from mtdecode.costs import curves, timing
+from mtdecode.model import CausalLM
+from mtdecode.policy import search
 from mtdecode.policy.batch import BatchRule
 from mtdecode.policy.rule import Rule
 from mtdecode.session import Choice, Step
@@ -107,3 +110,28 @@ def tree_choice(size: Rule, depth_cost: float, steps: list[Step]) -> Choice:
     )
     fix = "Eagle(tree_size=N) verifies the N best nodes every step"
     return drafting_choice("Eagle", size, steps, guesses="nodes", pays=pays, fix=fix)
+
+
+def explain(model: CausalLM, draft: CausalLM | None = None) -> list[str]:
+    """One line per tuned strategy: what it chose on this host and why (printed by `mtdecode bench`)."""
+    costs = timing.forward_costs(model)
+    curve = ", ".join(f"{n}: {curves.relative_cost(costs, n):.2f}x" for n in (2, 4, 8, 16))
+    lines = [f"forward over n tokens against 1 token on this host: {curve}"]
+    for pool in (False, True):
+        choice = search.lookahead_plan(model, None, None, None, prompt_pool=pool)[1]
+        lines.append(f"Lookahead(prompt_pool={pool}): {choice.setting}: {choice.reason}")
+    copy = curves.copy_costs(model, longest=11)
+    cheapest = min(range(2, 12), key=copy.t)
+    lines.append(
+        f"PromptLookup: weighs each step's copied tokens against this curve and the row's rate so far; "
+        f"verifying 10 costs {copy.t(11):.2f}x one token, and {cheapest - 1} cost the least, {copy.t(cheapest):.2f}x"
+    )
+    if draft is not None:
+        c = curves.draft_costs(model, draft)
+        break_even = c.step(1) - c.step(0)
+        lines.append(
+            f"Speculative/MTAD: a draft forward costs {c.draft:.2f} of a target forward, one more verified token "
+            f"{c.t(2) - c.t(1):.2f}, a step's bookkeeping {c.overhead:.2f}; a first guess pays only if the draft is "
+            f"accepted more than {break_even:.0%} of the time (rows whose acceptance falls below decode greedily)"
+        )
+    return lines

@@ -17,10 +17,10 @@ rate so far:
   scaled by how often the row's guesses of every confidence were accepted against it (a scale
   above 1 only at the places of a chain that the row's verified chains reached);
 - a, the chance that the next, not yet drafted guess is accepted, is the row's acceptance
-  rate so far (from a prior: the draft's measured acceptance, `mtdecode.tuning.draft_acceptance`,
+  rate so far (from a prior: the draft's measured acceptance, `mtdecode.costs.priors.draft_acceptance`,
   or an even chance), or, where that chance is known before the guess is made (a copied token's
   position, in prompt lookup), that;
-- t and c are measured on the host (`mtdecode.tuning.draft_costs`);
+- t and c are measured on the host (`mtdecode.costs.curves.draft_costs`);
 - the first guess of a step also pays for the draft reading what it missed (the prompt, at
   first), c (t(u) / t(1) - 1) for u unread tokens, spread over the tokens the row has left, since
   a draft that has caught up costs no more in later steps.
@@ -53,7 +53,7 @@ be a draw from q.
 """
 
 from collections.abc import Callable, Sequence
-from typing import ClassVar, no_type_check
+from typing import ClassVar
 
 import torch
 
@@ -86,8 +86,8 @@ def rule_for(
       weighs how soon the batch's last row ends by it (None: every row's alike).
     - `acceptance`: the chance that a first guess is accepted before any was verified, the prior of the rows'
       acceptance (worth `PRIOR` guesses): 1/2 by default; a draft's own, measured once per host
-      (`mtdecode.tuning.draft_acceptance`), keeps a draft that is seldom right from being tried and lets one that is
-      often right draft from the first step.
+      (`mtdecode.costs.priors.draft_acceptance`), keeps a draft that is seldom right from being tried and lets one
+      that is often right draft from the first step.
     - `wait_first`: with the batch rule, start as a batch that has rested its patience, so that its first drafting
       step is a try that pays for the work it needs first (`BatchRule`).
     """
@@ -99,8 +99,8 @@ def rule_for(
 
 
 class Rule:
-    """What the row rule and the batch rule share: a step is `start`ed, `more` is asked after each guess, then
-    `record` (or, where the guesses' chances are known in advance, the step is `plan`ned, then `record`ed)."""
+    """What the row rule and the batch rule share: `start` a step, ask `more` after each guess, then `record` (or
+    `plan` a step whose chances are known in advance, then `record`)."""
 
     #: whether the rows share their records (the batch rule)
     pools_rows: ClassVar[bool] = False
@@ -117,15 +117,12 @@ class Rule:
         #: each row's tokens left in its budget, now (the batch rule weighs how soon the last row ends)
         self.remaining = remaining
         self.calibration = calibration
-        # the last `plan`'s chances with their expected tokens, kept until `calibrate` changes the record
-        self.planned: tuple[Tensor, list[Tensor], Tensor] | None = None
+        self.planned: tuple[Tensor, list[Tensor], Tensor] | None = None  # `plan`'s last chances and E
         self.rested = torch.zeros(batch, dtype=torch.long, device=device)  # steps since the row last drafted
         self.patience = torch.full((batch,), PATIENCE, dtype=torch.long, device=device)
-        # the row's rate so far, tokens per unit of cost (one greedy step as the prior): what a planned step must beat
-        self.gained = torch.ones(batch, dtype=torch.float64, device=device)
+        self.gained = torch.ones(batch, dtype=torch.float64, device=device)  # the rate so far, greedy's as prior
         self.spent = torch.ones(batch, dtype=torch.float64, device=device)
-        # row steps that could have drafted but drafted nothing because no guess paid (for `Stats.choices`)
-        self.declined = torch.zeros((), dtype=torch.long, device=device)
+        self.declined = torch.zeros((), dtype=torch.long, device=device)  # row steps no guess paid for
         self.playing = torch.ones(batch, dtype=torch.bool, device=device)  # the rows that take part in this step
         self.table = torch.empty(0, dtype=torch.float64, device="cpu")  # T(0), T(1), ... (`step_costs`)
         self.start()
@@ -138,14 +135,10 @@ class Rule:
         possible: Bool[Tensor, " batch"] | None = None,
         unread: int | Sequence[int] = 1,
     ) -> Bool[Tensor, " batch"]:
-        """A new step, no guess drafted yet: which rows should draft a first guess (the rule with i = 0,
-        pi_0 = 1, E(0) = 1, T(0) = 1: a draft whose acceptance cannot pay for a guess is not used).
-        `upcoming`: the first guess's chance of acceptance where it is known before drafting (default: a).
-        `possible`: the rows that may draft this step (unfinished, with room in their budget); those the rule
-        stops are counted in `declined` (None: nothing is counted). `unread`: the tokens the draft must read
-        before its first guess, per row (the prompt at first, then what was committed while the row did not draft;
-        one number: every row's); the first guess pays for that catch-up too (`catch_up`), spread over the tokens
-        the row (the batch) has left, since a draft that has caught up costs no more in later steps."""
+        """A new step: which rows draft a first guess (the rule with i = 0). `upcoming`: the first guess's chance
+        where it is known before drafting (default: a). `possible`: the rows that may draft (those the rule stops
+        count in `declined`). `unread`: the tokens the draft must read first, per row; the first guess pays for that
+        catch-up too (`DraftCosts.catch_up`), spread over the tokens left."""
         batch, device = self.batch, self.device
         self.survive = torch.ones(batch, dtype=torch.float64, device=device)  # pi_i
         self.expected = torch.ones(batch, dtype=torch.float64, device=device)  # E(i)
@@ -168,10 +161,8 @@ class Rule:
         upcoming: Float[Tensor, " batch"] | None = None,
         rows: Bool[Tensor, " batch"] | None = None,
     ) -> Bool[Tensor, " batch"]:
-        """After guess i, drawn with the draft's `confidence` in it (one number for every row where the
-        guesses carry none): which rows should draft guess i + 1. `upcoming`: guess i + 1's chance of
-        acceptance where it is known before drafting it (default: the row's acceptance a). `rows`: the rows
-        that drew guess i and may draw another (within their budget; default: those still drafting)."""
+        """After guess i, drawn with the draft's `confidence` in it: which rows draft guess i + 1. `upcoming`: its
+        chance where known before drafting (default: a); `rows`: those that drew guess i and may draw another."""
         if isinstance(confidence, float):
             confidence = torch.full_like(self.survive, confidence)
         confidence = confidence.double().clamp(0, 1)
@@ -184,12 +175,10 @@ class Rule:
             self.going = self.going & rows
         return self.pays()
 
-    def grown(self) -> Float[Tensor, " batch"]:
-        """What guess i adds to each row's E(i - 1)."""
+    def grown(self) -> Float[Tensor, " batch"]:  # what guess i adds to each row's E(i - 1)
         return self.survive
 
-    def upcoming_chance(self) -> Float[Tensor, " batch"]:
-        """a: the next guess's chance of acceptance, where the draft's confidence is not weighed."""
+    def upcoming_chance(self) -> Float[Tensor, " batch"]:  # a: the next guess's chance, its confidence not weighed
         return self.calibration.own_acceptance() if self.upcoming is None else self.upcoming.to(self.survive)
 
     # ------------------------------------------------------------------ guesses whose chances are known: plan
@@ -200,9 +189,8 @@ class Rule:
         available: Int[Tensor, " batch"],
         rows: Bool[Tensor, " batch"] | None = None,
     ) -> Int[Tensor, " batch"]:
-        """A step whose guesses' chances are all known before any is verified: how many of row b's guesses to
-        verify (`plan_expected`), `chances[b, i]` being guess i + 1's chance of acceptance given guesses 1..i were
-        accepted, calibrated as a confidence is in `more`. Call `record` after verification."""
+        """A step whose guesses' chances are known before any is verified (`chances[b, i]`: guess i + 1's, given
+        1..i held, calibrated as a confidence is): how many of row b's guesses to verify (`plan_expected`)."""
         if self.planned is None or self.planned[0] is not chances:  # the same chances as last time: the same E
             clamped = chances.double().clamp(0, 1)
             places = torch.arange(clamped.shape[1], device=clamped.device)
@@ -219,11 +207,9 @@ class Rule:
         available: Int[Tensor, " batch"],
         rows: Bool[Tensor, " batch"] | None = None,
     ) -> Int[Tensor, " batch"]:
-        """`plan` given E(0), E(1), ... per row directly (for guesses that are not a chain, such as lookahead's
-        candidates, whose expected tokens the caller models): how many of its `available[b]` guesses row b verifies
-        (the rows in play: `rows`, default all). No confidences are recorded for calibration. A row with guesses
-        available that plans none is counted in `declined`. `expected` may be a function that gives E(0..width),
-        called only where the rule weighs it."""
+        """`plan` given E(0), E(1), ... per row (or a function giving them, called only where weighed), for guesses
+        whose expected tokens the caller models: how many of its `available[b]` guesses row b verifies (`rows`: in
+        play). Nothing is calibrated; a row with guesses that plans none counts in `declined`."""
         available = available.to(self.device)
         self.playing = torch.ones_like(available, dtype=torch.bool) if rows is None else rows.to(self.device).clone()
         self.confidences = []
@@ -237,8 +223,8 @@ class Rule:
         accepted: Int[Tensor, " batch"],
         extra_cost: float | Float[Tensor, " batch"] = 0.0,
     ) -> None:
-        """After verification: guesses 1..accepted were accepted, guess accepted + 1 (if drafted) was not.
-        `extra_cost`: what the step cost besides T(drafted) (a tree's drafting, in `Eagle`), for the row's rate."""
+        """After verification: guesses 1..accepted held, guess accepted + 1 (if drafted) did not. `extra_cost`: what
+        the step cost besides T(drafted) (a tree's drafting), for the row's rate."""
         drew = drafted > 0
         if not bool(drew.any()):  # a step at rest: a plain token per row, no try, nothing to calibrate
             self.rested += 1
@@ -263,8 +249,7 @@ class Rule:
         tried: Bool[Tensor, "batch guesses"],
         hit: Bool[Tensor, "batch guesses"],
     ) -> None:
-        """Add verified guesses to the calibration (`Calibration.calibrate`). `record` does this for a chain; a
-        strategy whose guesses form a tree calls it itself."""
+        """Add verified guesses to the calibration (`record` does for a chain; a tree's plan calls it itself)."""
         self.calibration.calibrate(confidence, tried, hit)
         self.planned = None
 
@@ -281,13 +266,11 @@ class Rule:
         return False
 
     def idle_before_catch_up(self, unread: Sequence[int], rows: Bool[Tensor, " batch"]) -> bool:
-        """`idle` for a strategy whose draft model must read `unread` tokens per row before its next guess: the
-        `rows` that may draft now, and the widest row's catch-up (`catch_up`) as the `reading` a try pays for."""
-        return self.idle(reading=self.catch_up(max(unread)), rows=rows)
+        """`idle` where a draft must first read `unread` tokens per row: the widest row's catch-up as the reading."""
+        return self.idle(reading=self.costs.catch_up(max(unread)), rows=rows)
 
     def rest(self, possible: Bool[Tensor, " batch"]) -> None:
-        """Record a step in which the batch drafted nothing without drafting at all (`idle`): the `possible` rows
-        (those still decoding) count as declined."""
+        """Record a step in which the batch rested (`idle`): the `possible` rows (still decoding) count as declined."""
         none = torch.zeros_like(possible, dtype=torch.long)
         self.playing, self.probing, self.confidences = possible.clone(), torch.zeros_like(possible), []
         self.declined += possible.sum().to(self.declined)
@@ -296,15 +279,12 @@ class Rule:
     # ------------------------------------------------------------------ costs
 
     def rate(self) -> Float[Tensor, " batch"]:
-        """Each row's tokens per unit of cost over its recorded steps (1 before any), never below 1: the one-row
-        rule's r. Plain steps alone make a token per t(1) = 1, so the best rate a row can reach, which Dinkelbach's
-        rule weighs a step against, is at least 1: a row whose guesses have so far cost more than they gained must
-        not lower its bar for more of them."""
+        """Each row's tokens per unit of cost so far, never below 1 (plain steps alone make 1): the row rule's r,
+        so that a row whose guesses cost more than they gained does not lower its bar for more of them."""
         return (self.gained / self.spent).clamp(min=1.0)
 
     def step_costs(self, guesses: Sequence[int] | Int[Tensor, " steps"]) -> Float[Tensor, " steps"]:
-        """T(k) for each k in `guesses`, as a float64 tensor (on the CPU), read from a table of T(0), T(1), ...
-        that is made once and grown as needed (the costs never change)."""
+        """T(k) for each k in `guesses` (float64, on the CPU), from a table of T(0), T(1), ... grown as needed."""
         first_ones = isinstance(guesses, range) and guesses.start == 0 and guesses.step == 1
         guesses = guesses if first_ones else torch.as_tensor(guesses, dtype=torch.long, device="cpu")
         most = len(guesses) - 1 if first_ones else int(guesses.max()) if guesses.numel() else 0
@@ -313,16 +293,8 @@ class Rule:
             self.table = torch.tensor(steps, dtype=torch.float64, device="cpu")
         return self.table[: len(guesses)] if first_ones else self.table[guesses]
 
-    @no_type_check
-    def catch_up(self, unread: int) -> float:
-        """What the draft's first forward of a step costs beyond one token per row when it must read `unread` tokens
-        per row first: c (t(unread) / t(1) - 1), the draft's forward taken to grow with its tokens as the target's
-        does."""
-        return self.costs.draft * (self.costs.t(max(unread, 1)) / self.costs.t(1) - 1)
-
     def left_for_try(self, patience: int | Int[Tensor, " batch"]) -> Bool[Tensor, " batch"]:
-        """The rows with more than twice `patience` tokens left in their budget: a try near a row's end teaches the
-        rule nothing it could still use (all rows, where the budget is not known)."""
+        """The rows with more than twice `patience` tokens left: a try near a row's end teaches nothing usable."""
         if self.remaining is None:
             return torch.ones_like(self.rested, dtype=torch.bool)
         return self.remaining().to(self.rested.device) > 2 * patience
@@ -343,7 +315,7 @@ class RowRule(Rule):
 
     def first(self, unread: list[int], left: list[int] | list[float]) -> Bool[Tensor, " batch"]:
         """`start`'s choice for each row alone: its first guess pays for its own catch-up; a rested row tries one."""
-        self.reading = torch.tensor([self.catch_up(n) for n in unread], dtype=torch.float64, device=self.device)
+        self.reading = torch.tensor([self.costs.catch_up(n) for n in unread], dtype=torch.float64, device=self.device)
         self.setup = self.reading / torch.tensor(left, dtype=torch.float64, device=self.device)
         pays = self.pays()
         self.probing = ~pays & self.may_try()  # a rested row tries one guess

@@ -1,64 +1,31 @@
 """EAGLE: feature-level drafting with a token tree (Li et al., 2024; the tree grows as in EAGLE-2).
 
-A small head (`mtdecode.zoo.eagle.EagleHead`) drafts from the target's own top hidden states,
-its features f_t, instead of from a separate small model. The head's entry at position t reads
-(f_t, x_{t+1}) and predicts f_{t+1}; the target's output rows turn a predicted feature into a
-distribution over the head's tokens. One step, for every row of the batch at once:
+A small head (`mtdecode.zoo.eagle.EagleHead`) drafts from the target's own top hidden states, its features f_t:
+the head's entry at position t reads (f_t, x_{t+1}) and predicts f_{t+1}, and the target's output rows turn a
+predicted feature into a distribution over the head's tokens. One step, for every row of the batch at once:
 
-1. draft:  from the head's prediction for x0's position, grow a tree depth by depth: at depth 1
-           the head's top-`width` tokens; at each further depth one head forward over the `width`
-           newest nodes (fed their parents' predicted features, a tree mask among them), and the
-           `width` best children of all of them by path value (the product of the head's
-           probabilities from the root), as EAGLE-2 expands;
-   copy:   with `lookup` on (the default), prompt lookup's guess joins the tree as one more branch
-           from x0: the tokens that followed the latest earlier occurrence of the text's last
-           n-gram (`mtdecode.strategies.prompt_lookup.lookup`), down the tree while a node carries
-           the copy's next token, then as new nodes. Answers that quote (code editing, summaries)
-           accept long copies, deeper than the head's few depths reach;
-2. size:   rank every node by its worth and keep the best N, which is a subtree since a child is
-           never worth more than its parent. A node's worth is its chance of acceptance: the
-           head's path value calibrated by the row's record of the head's nodes off the copy (with a
-           fixed `tree_size`, the path value as it is), and on the copy at least the chance that the
-           copy holds that far (the row's `CopyRecord`). N maximises E(N) - r T(N),
-           E(N) = 1 + the kept worths' sum (the tokens a step is expected to yield), T(N) the
-           measured cost of a target forward over N + 1 tokens, r the row's rate so far
-           (`mtdecode.policy.rule`);
-3. verify: one target forward over x0 and the N nodes with the shared tree mask
-           (`mtdecode.masks.tree`), which also returns the target's features;
-4. accept: every root-to-leaf path is a candidate; the shared one-hot multi-candidate rule
-           (`mtdecode.verification`) accepts the longest prefix it allows and draws one more
-           token from p: exactly greedy decoding at temperature 0, exactly p when sampling (the
-           tree is fixed before any of this step's draws, and its tokens are one-hot proposals);
-5. commit: the target's cache keeps x0 and the accepted nodes; the head reads the new entries
-           (f_t, x_{t+1}) with the target's real features, which gives its prediction for the
-           next step's root.
+1. draft:  from the head's prediction for x0's position, grow a tree depth by depth: at depth 1 the head's top W
+           tokens; at each further depth one head forward over the W newest nodes, and the W best children of all
+           of them by path value (the product of the head's probabilities from the root), as EAGLE-2 expands;
+   copy:   with `lookup` on, prompt lookup's copy joins the tree as one more branch from x0 (`graft`): answers
+           that quote accept long copies, deeper than the head's few depths reach;
+2. size:   rank every node by its worth (its chance of acceptance as the policy estimates it; the path value for
+           a fixed tree; on the copy at least the chance that the copy holds that far) and keep the best N, a
+           subtree, since a child is never worth more than its parent;
+3. verify: one target forward over x0 and the N nodes with the tree mask (`mtdecode.masks.tree`), which also
+           returns the target's features;
+4. accept: every root-to-leaf path is a candidate of the one-hot multi-candidate rule (`mtdecode.verification`):
+           exactly greedy decoding at temperature 0, exactly p when sampling;
+5. commit: the target's cache keeps x0 and the accepted nodes; the head reads the new entries (f_t, x_{t+1}) with
+           the target's real features, which gives its prediction for the next step's root.
 
-With the rule (`tree_size=None`), `result.stats.choices` says how many nodes the steps verified
-and how many row steps verified none because no node paid (`tree_choice`); when no row step
-verified a node for that reason, the run decoded greedily and `generate` warns
-(`GreedyFallbackWarning`).
-
-The first step has no features yet: it is a plain step over the prompt (the head reads the
-prompt's features when the batch first drafts). The head's KV cache is a `KVCache` under the
-session's checks like every model's: it holds each row's committed tokens but the newest, as the
-target's does; the draft tree's entries are pending only while the tree grows.
-
-With the batch rule (`mtdecode.policy.rule`, batch > 1), a batch whose last step verified no node
-rests: it takes plain steps, the head does no work (it reads features and scores a first depth
-in every step it drafts; one more depth alone costs a sixth of a batched step at 16 rows on the
-2-core host), and the target's features wait for it; after `PATIENCE` such steps, or as soon as
-a copy alone would pay, the head reads them in one forward and drafts again (`mtdecode.policy`,
-`rest_step`). The batch's first tree is such a try too: it is drafted only if it could pay for
-the head's reading of the prompts (`read_cost`) and its step's work beside the target's forward. A step whose
-tree no row verifies starts a rest at once: the head does not read its features either. That work (the head's
-read of the step's features, the first depth's scores, the tree's masks and verification) is measured in a run for
-the batch's rows (`mtdecode.tuning.measure_eagle_steps`) and weighed as the step's overhead o and a share c per
-verified node: timed alone, a depth came to 0.6 of what it cost between the forwards of 8 rows (2-core Intel host).
+`tree_size=N` verifies the N best nodes every step (the paper's fixed tree); else the policy sizes the tree and,
+for a batch, may rest: plain steps in which the head does no work and the target's features wait in a `Backlog`
+until the head reads them in one forward (`mtdecode.policy`). The first step is a plain one over the prompts.
 """
 
 import dataclasses
-import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar
@@ -67,17 +34,14 @@ import torch
 from einops import rearrange, repeat
 
 from mtdecode import masks
-from mtdecode.copying import lookup_rows
-from mtdecode.model import CausalLM
-from mtdecode.policy import Adaptive, Fixed, fixed_or
-from mtdecode.policy.plans import TreePlan
+from mtdecode.copying import Copy, copy_alone, find_copies
+from mtdecode.policy import Adaptive, Fixed, TreePlan, fixed_or
 from mtdecode.policy.records import CopyRecord
-from mtdecode.policy.rule import expected_tokens
 from mtdecode.session import Session, Step
 from mtdecode.strategy import check_counts
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
-from mtdecode.verification import Verdict, padded, verify_fed, verify_logits
-from mtdecode.zoo.eagle import TREE_WIDTH, EagleHead, HeadRunner
+from mtdecode.verification import Verdict, kept_parents, padded, root_to_leaf, verify_fed, verify_logits
+from mtdecode.zoo.eagle import TREE_WIDTH, Backlog, EagleHead, HeadRunner, head_runner, read_features, shipped_head
 
 
 @dataclass(frozen=True)
@@ -87,9 +51,8 @@ class Eagle:
     **Arguments:**
 
     - `head`: an `EagleHead` trained for the target at hand (same hidden size, vocabulary and device); None (the
-      default): the head that ships for SmolLM2-135M-Instruct, `load_model("smollm2-135m-eagle")`, which fits
-      no other model. `load_model("smollm2-135m-eagle", quantize="int8")` gives its int8 form (cheaper per
-      depth, slightly fewer accepted guesses; `benchmarks/eagle_costs.py` compares them).
+      default): the head shipped for SmolLM2-135M-Instruct, `load_model("smollm2-135m-eagle")` (its int8 form:
+      `quantize="int8"`), which fits no other model.
     - `depth`: D, the tree's greatest depth (at least 1).
     - `width`: W, nodes kept per depth (top-W children; at least 1).
     - `tree_size`: a fixed number of verified nodes N (at most D x W; `mtdecode.policy.Fixed`); None (the default):
@@ -97,9 +60,8 @@ class Eagle:
     - `lookup`: copy up to this many tokens as prompt lookup does, as one more branch of the tree (10, the
       default; 0: no copy, the head's tree alone).
     - `ngram`: the longest n-gram the copy matches (shorter ones are tried if it has none).
-    - `policy`: how deep to grow the tree and how many nodes to verify when N is not given (`mtdecode.policy`):
-      `Adaptive()` by default, on this host's measured costs; `Adaptive(costs, depth_cost=..., read_cost=...)` weighs
-      the numbers given.
+    - `policy`: how deep to grow the tree and how many nodes to verify when N is not given (`mtdecode.policy`);
+      `Adaptive()` by default, on this host's measured costs, or on those given to it.
     """
 
     head: EagleHead | None = None
@@ -126,9 +88,7 @@ class Eagle:
         plan = fixed_or(self.tree_size, self.policy).tree(
             s, head, depth=self.depth, width=self.width, lookup=self.lookup, timed=self.with_fixed_tree(head.model)
         )
-        # the copy's prior stays L / (L + 2), above prompt lookup's measured `SUITE_RATES`, which modelled 4 rows of
-        # code at fewer tokens per forward than they made (docs/strategies/eagle.md)
-        record = CopyRecord(s.batch) if self.lookup else None
+        record = CopyRecord(s.batch) if self.lookup else None  # L / (L + 2) as prior (docs/strategies/eagle.md)
         unread = Backlog(s.batch)  # the target's features that the head has not read yet
         steps, fresh = rest_step(s, head)  # the first step: a plain forward over the prompts, read when drafting
         unread.add(fresh)
@@ -170,93 +130,15 @@ class Eagle:
         return lambda depth, nodes: dataclasses.replace(self, head=head, depth=depth, tree_size=nodes)
 
 
-# ------------------------------------------------------------------ the head's runner
-
-
-def shipped_head(target: CausalLM) -> EagleHead:
-    """The head that ships for the default model, on the target's device and in its dtype (loaded once)."""
-    if (target.vocab_size, target.config.hidden_size) != (49152, 576):
-        raise ValueError(
-            f"Eagle() without a head uses the head shipped for SmolLM2-135M-Instruct, which does not fit {target.name} "
-            "(another vocabulary or hidden size): pass head= a head trained for it (python -m mtdecode.recipes.eagle)"
-        )
-    return _shipped(str(target.device), target.dtype)
-
-
-@functools.cache
-def _shipped(device: str, dtype: torch.dtype) -> EagleHead:
-    from mtdecode.zoo import EAGLE_MODEL, load_model
-
-    return load_model(EAGLE_MODEL, device=device, dtype=dtype)
-
-
-def head_runner(s: Session, head: EagleHead) -> HeadRunner:
-    """The head's runner, its cache checked with the others after every step."""
-    target = s.target.model
-    embedding = head.embedding.shape
-    if embedding != (target.vocab_size, target.config.hidden_size):
-        raise ValueError(
-            f"the head's embedding is {tuple(embedding)} but the target has {target.vocab_size} tokens of hidden size "
-            f"{target.config.hidden_size}: an EAGLE head must be trained for the target at hand"
-        )
-    if head.device != s.device:
-        raise ValueError(f"the head is on {head.device} but the target is on {s.device}; put both on one device")
-    runner = HeadRunner(head, s.batch)
-    s.runners.append(runner)
-    return runner
-
-
-def read_features(
-    s: Session,
-    head: HeadRunner,
-    features: Sequence[Float[Tensor, "_fresh hidden"]],
-    root: Float[Tensor, "batch hidden"] | None,
-) -> Float[Tensor, "batch hidden"]:
-    """Step 5's head update: row b's head cache grows by the entries (f_t, x_{t+1}) its target cache gained, from
-    `features[b]` (the target's features at those positions, in order). Returns each row's prediction for the
-    position of its newest token (unchanged for rows that gained nothing)."""
-    start = head.cache.lengths.tolist()
-    # the entries it lacks; a finished row's target cache may hold one more until the session settles it
-    wanted = torch.minimum(s.target.cache.lengths, s.lengths - 1)
-    needed = (wanted - head.cache.lengths).clamp(min=0).tolist()
-    tokens = [s.tokens[b][start[b] + 1 : start[b] + 1 + n] for b, n in enumerate(needed)]
-    rows = [features[b][:n] for b, n in enumerate(needed)]
-    hidden = head.model.embedding.shape[1]
-    if not any(needed):  # every row finished
-        return root if root is not None else torch.zeros(s.batch, hidden, dtype=head.model.dtype,
-                                                         device=s.device)  # fmt: skip
-    ids, offsets, sees, pad = head.after_held(tokens)
-    width = ids.shape[1]
-    padded = torch.zeros(s.batch, width, hidden, dtype=head.model.dtype, device=s.device)
-    for b, row in enumerate(rows):
-        padded[b, width - len(row) :] = row
-    predicted = head.step(padded, ids, offsets, sees, pad=pad)  # (batch, width, hidden)
-    head.cache.commit()
-    gained = torch.tensor([n > 0 for n in needed], device=s.device)
-    if root is None:
-        return predicted[:, -1]
-    return torch.where(gained[:, None], predicted[:, -1], root)
-
-
-# ------------------------------------------------------------------ steps 1 to 5
-
-
 @dataclass(frozen=True)
 class Tree:
-    """Each row's drafted nodes, in the order they were made (depth by depth, so parents come first).
-
-    - `tokens`: the node's token; `parent`: its parent's index, -1 at depth 1; `depth`: 1, 2, ...;
-    - `confidence`: the head's probability of the node's token after its parent;
-    - `value`: the product of the confidences from the root to the node;
-    - `limit`: per row, the deepest depth it may use (the tree-size rule stops a row where growing cannot pay);
-    - `chance`: the node's chance of acceptance: the product, from the root, of P(accepted | parent accepted), each
-      from the confidence as the plan calibrates it (a fixed tree's: the confidence, so the chance is the path
-      value); never more than its parent's.
-    - `head_nodes`: the nodes the head drafted are the first `head_nodes` of every row; the copy's new nodes
-      follow them (`graft`), then padding (value and chance -1, never verified);
-    - `copy`: the node's place on the row's copy (1, 2, ...; 0 off it); `copy_chance`: the chance that the copy
-      holds to the node (-1 off it). Both None without a copy.
-    """
+    """Each row's drafted nodes, in the order they were made (depth by depth, so parents come first): the node's
+    `tokens`, `parent` (-1 at depth 1) and `depth`; the head's `confidence` in it after its parent and the path
+    `value` (their product from the root); each row's depth `limit` (where growing stopped paying); the node's
+    `chance` of acceptance (the product of the plan's calibrated confidences from the root: the path value for a
+    fixed tree). The head's nodes are the first `head_nodes`, then the copy's new nodes (`graft`), then padding
+    (value and chance -1); `copy`: the node's place on the copy (0 off it) and `copy_chance`: the chance that the
+    copy holds to it (-1 off it), both None without a copy."""
 
     tokens: Int[Tensor, "batch node"]
     parent: Int[Tensor, "batch node"]
@@ -270,102 +152,17 @@ class Tree:
     copy_chance: Float[Tensor, "batch node"] | None = None
 
 
-@dataclass(frozen=True)
-class Copy:
-    """Each row's copy (step 1): `tokens[b]`, the tokens prompt lookup copied for row b (maybe none); `holds`,
-    the chance that the copy's tokens 1..i all hold, the product of the row's `CopyRecord` chances for them (-1 past
-    the row's copy); and `matched[b]`, how many tokens before the copy agreed with those before its source
-    (`lookup_matched`), by which the record reads it."""
-
-    tokens: list[list[int]]
-    holds: Float[Tensor, "batch copy"]
-    matched: list[int]
-
-    def follows(self, tokens: Int[Tensor, "batch node"], depth: int) -> Bool[Tensor, "batch node"]:
-        """Which of the nodes at `depth` carry their row's copied token at that depth."""
-        if depth > self.holds.shape[1]:
-            return torch.zeros_like(tokens, dtype=torch.bool)
-        column = [row[depth - 1] if len(row) >= depth else -1 for row in self.tokens]
-        return tokens == torch.tensor(column, device=tokens.device)[:, None]
-
-    def holds_at(self, depth: int) -> Float[Tensor, "batch 1"]:
-        """The chance that each row's copy holds to `depth` (-1 past its end)."""
-        if depth > self.holds.shape[1]:
-            return self.holds.new_full((self.holds.shape[0], 1), -1.0)
-        return self.holds[:, depth - 1 : depth]
-
-
-def find_copies(s: Session, most: int, ngram: int, record: CopyRecord) -> Copy:
-    """Step 1, the copy: up to `most` tokens per row that followed the latest earlier occurrence of its last n-gram
-    (`mtdecode.copying.lookup_rows`, as prompt lookup copies; no more than the row's budget leaves room for), with
-    the chances that they hold by the row's record after the run that matched. The copy reads the committed text
-    only, never p."""
-    room = s.budget(most).tolist()
-    tokens, matched = lookup_rows(s.tokens, ngram, room)
-    longest = max(map(len, tokens), default=0)
-    holds = record.chances(longest, matched).cumprod(1).to(s.device)  # (batch, copy)
-    short = (
-        torch.arange(longest, device=s.device) >= torch.tensor([len(row) for row in tokens], device=s.device)[:, None]
-    )
-    return Copy(tokens, holds.masked_fill(short, -1.0), matched)
-
-
-def copy_alone(
-    copy: Copy | None, active: Bool[Tensor, " batch"]
-) -> tuple[Float[Tensor, "batch options"] | None, Int[Tensor, " batch"] | None]:
-    """What each row's copy alone would bring, for the plan's rests: E(0..longest) if row b verified its first k
-    copied tokens, and how many it has (0 for a finished row); (None, None) without a copy."""
-    if copy is None:
-        return None, None
-    expected = expected_tokens(copy.holds.clamp(min=0))  # holds: the copy's chance of holding to each token
-    available = torch.tensor([len(row) for row in copy.tokens], device=active.device)
-    return expected, torch.where(active, available, 0)
-
-
-def plain_step(s: Session) -> tuple[list[Step], list[Float[Tensor, "_fed hidden"]]]:
+def rest_step(s: Session, head: HeadRunner) -> tuple[list[Step], list[Float[Tensor, "_fed hidden"]]]:
     """A step with no tree: one target forward over each row's unread tokens (the prompt at first, then x0), its
-    token (`plain_token`), and, row by row, the target's features at the tokens it fed."""
+    token (`plain_token`), and, row by row, the target's features at the tokens it fed, which the head reads when
+    it drafts again (`read_features`); the head does no work meanwhile (`Session.resting`)."""
+    s.resting.add(id(head))
     unread = s.unread(s.target)
     fed = [len(row) for row in unread]
     logits, features = s.target.extend_features(unread, logits_to_keep=1)
     s.target.cache.commit()
     width = features.shape[1]  # left padded: row b's real tokens are its last fed[b]
     return s.commit(plain_token(s, logits[:, -1]), 1), [features[b, width - n :] for b, n in enumerate(fed)]
-
-
-class Backlog:
-    """The target's features at the tokens that the head has not read yet, row by row (what `rest_step`s returned,
-    in order), until `read_features` reads them. Each step's piece is kept apart and the pieces are joined once, when
-    they are read: joining them every step would copy each row's whole backlog, its prompt's features included, at
-    every step of a rest."""
-
-    def __init__(self, batch: int) -> None:
-        self.pieces: list[list[Float[Tensor, "_fed hidden"]]] = [[] for _ in range(batch)]
-        self.sizes = [0] * batch  # entries per row
-
-    @property
-    def waiting(self) -> bool:
-        """Whether any step's features wait to be read."""
-        return any(self.pieces)
-
-    def add(self, fresh: Sequence[Float[Tensor, "_fed hidden"]]) -> None:
-        """Queue a step's features, row b's `fresh[b]`."""
-        for b, piece in enumerate(fresh):
-            self.pieces[b].append(piece)
-            self.sizes[b] += len(piece)
-
-    def take(self) -> list[Float[Tensor, "_unread hidden"]]:
-        """Each row's waiting features, joined in order; the backlog is then empty."""
-        rows = [torch.cat(pieces) if len(pieces) > 1 else pieces[0] for pieces in self.pieces]
-        self.pieces, self.sizes = [[] for _ in rows], [0] * len(rows)
-        return rows
-
-
-def rest_step(s: Session, head: HeadRunner) -> tuple[list[Step], list[Float[Tensor, "_fed hidden"]]]:
-    """A step of a resting batch: a `plain_step`, whose features the head reads when drafting resumes
-    (`read_features`). The head does no work meanwhile: its cache may lag behind (`Session.resting`)."""
-    s.resting.add(id(head))
-    return plain_step(s)
 
 
 def grow_tree(
@@ -379,14 +176,9 @@ def grow_tree(
 ) -> Tree:
     """Step 1: up to D depths of W nodes per row, each depth the best W children of the one before by path value.
 
-    Each node's chance of acceptance is estimated as it is made (`Tree.chance`, by the `plan`: the path value
-    itself for a fixed tree), and a row's tree stops growing where the plan says its newest depth cannot pay for
-    another (`Tree.limit`): the children of a depth are together never likelier to be accepted than their parents,
-    so another depth adds at most the newest depth's chances to a step. A node on the row's `copy` (its path is the
-    copy's first tokens) counts only with what its chance adds to the copy's, since the copy is verified anyway.
-    The head keeps growing while any row does; a
-    row that stopped ignores the rest, so it drafts what it would alone. No row's limit passes the guesses its budget
-    leaves room for (`Session.budget`): at the last token of every row, the head grows no depth at all."""
+    A row's tree stops growing where the `plan` says another depth cannot pay (`Tree.limit`; another depth adds at
+    most the newest depth's chances, and on the `copy` only what a node adds to the copy's), or where its budget
+    has no room (`Session.budget`). The head grows while any row does; a row that stopped ignores the rest."""
     model = head.model
     batch, device = s.batch, s.device
     rows = torch.arange(batch, device=device)[:, None]
@@ -471,8 +263,8 @@ def graft(tree: Tree, copy: Copy) -> Tree:
         copy_chance = torch.where(places > 0, copy.holds.gather(1, (places - 1).clamp(min=0)), copy_chance)
     extra = width - drafted
 
-    def extended(values: Float[Tensor, "batch drafted"] | None, pad: float) -> Float[Tensor, "batch grafted"] | None:
-        return None if values is None else torch.cat([values, values.new_full((batch, extra), pad)], dim=1)
+    def extended(values: Float[Tensor, "batch drafted"], pad: float) -> Float[Tensor, "batch grafted"]:
+        return torch.cat([values, values.new_full((batch, extra), pad)], dim=1)
 
     padding = (torch.arange(width, device=device) >= drafted) & (places == 0)
     return Tree(
@@ -492,8 +284,7 @@ def graft(tree: Tree, copy: Copy) -> Tree:
 def copy_outcome(
     tree: Tree, chosen: Int[Tensor, "batch n"], valid: Bool[Tensor, "batch n"], path: Int[Tensor, "batch depth"]
 ) -> tuple[Int[Tensor, " batch"], Int[Tensor, " batch"]]:
-    """After step 4, for the row's `CopyRecord`: how many of the copy's tokens were verified (a prefix of the copy,
-    since its worth falls along it) and how many of them were accepted (the accepted path's nodes on the copy)."""
+    """After step 4, for the row's `CopyRecord`: how many of the copy's tokens were verified and how many held."""
     on_copy = on_the_copy(tree, chosen)  # (batch, n)
     verified = (on_copy & valid).sum(1)
     accepted = ((path >= 0) & on_copy.gather(1, path.clamp(min=0))).sum(1)
@@ -516,11 +307,9 @@ def tree_size(
 
 
 def head_guesses(tree: Tree, chosen: Int[Tensor, "batch n"], valid: Bool[Tensor, "batch n"]) -> Bool[Tensor, "batch n"]:
-    """Which verified nodes teach the head's calibration (`calibrate`): the head's own (not the copy's new nodes) and,
-    with a copy, only those off it. A head's node that carries the copy's token is accepted about as often as the copy
-    holds (its worth is at least the copy's chance, `tree_size`); counted with the head's, such nodes raised every
-    confidence bin, and the head's nodes off the copy, the ones whose worth the calibration sets, were overrated (at 4
-    rows of code: the first depth's calibrated 0.60 against 0.38 accepted, 40 tries; 0.58 against 0.56 without them)."""
+    """Which verified nodes teach the head's calibration (`tried_nodes`): the head's own, and with a copy only those
+    off it: a node on the copy is accepted about as often as the copy holds, which says nothing of the head's
+    confidence (counted, they overrate the head's nodes off the copy; `docs/strategies/eagle.md`)."""
     head = valid & (chosen < tree.head_nodes)
     return head if tree.copy is None else head & ~on_the_copy(tree, chosen)
 
@@ -538,10 +327,9 @@ def tried_nodes(
     valid: Bool[Tensor, "batch n"],
     path: Int[Tensor, "batch depth"],
 ) -> tuple[Float[Tensor, "batch n"], Bool[Tensor, "batch n"], Bool[Tensor, "batch n"]] | None:
-    """After step 4, what the head's guesses showed (None where no node was verified): the head's confidence in each
-    verified node, whether it was tried (its parent was accepted, or it hangs off x0; the head's own nodes off the
-    copy only, `head_guesses`) and whether it was accepted. A policy calibrates the head's probabilities by them (they
-    can be far from how often its tokens are accepted)."""
+    """After step 4, what the head's guesses showed, for a policy to calibrate the head's probabilities by (None where
+    no node was verified): its confidence in each verified node, whether the node was tried (its parent accepted, or
+    it hangs off x0; `head_guesses` only) and whether it was accepted."""
     n = chosen.shape[1]
     if n == 0:
         return None
@@ -574,10 +362,7 @@ def verify_tree(
     batch, device = s.batch, s.device
     rows = torch.arange(batch, device=device)[:, None]
     n = chosen.shape[1]
-    kept = repeat(torch.arange(n, device=device), "n -> batch n", batch=batch)
-    slot = torch.full_like(tree.parent, -1).scatter_(1, chosen, kept)  # each node's place among the kept, or -1
-    parent_node = tree.parent.gather(1, chosen)
-    parent = torch.where(parent_node >= 0, slot.gather(1, parent_node.clamp(min=0)), -1)  # (batch, n): among kept
+    parent = kept_parents(tree.parent, chosen)  # (batch, n): each kept node's parent among the kept
     tokens = tree.tokens.gather(1, chosen)
     # step 3: x0 is node 0 of the fed tree, the kept nodes follow it
     fed_parents = torch.cat([torch.full((batch, 1), -1, device=device), parent + 1], dim=1)  # (batch, 1 + n)
@@ -587,23 +372,8 @@ def verify_tree(
         none = torch.zeros_like(s.last_tokens)
         verdict = Verdict(none - 1, none, plain_token(s, logits[:, 0]))
         return verdict, torch.empty(batch, 0, dtype=torch.long, device=device), features
-    # step 4: each leaf's path, root first, as kept-node indices (-1 pads)
-    depth = tree.depth.gather(1, chosen)
-    longest = int(depth.max())
-    child = (parent[:, :, None] == torch.arange(n, device=device)) & valid[:, :, None]  # (batch, child, node)
-    leaf = valid & ~child.any(1)  # (batch, n): no valid child
-    paths = torch.full((batch, n, longest + 1), -1, dtype=torch.long, device=device)  # a spare last column
-    node = repeat(torch.arange(n, device=device), "n -> batch n", batch=batch)
-    level = depth.clone()
-    for _ in range(longest):
-        live = node >= 0
-        paths.scatter_(2, torch.where(live, level - 1, longest)[:, :, None], node[:, :, None])
-        node = torch.where(live, parent.gather(1, node.clamp(min=0)), -1)
-        level = level - 1
-    paths = paths[:, :, :longest]
-    rank = torch.where(leaf, 0, torch.where(valid, 1, 2))  # leaves first, then the valid nodes as fillers
-    order = rank.argsort(dim=1, stable=True)[:, : int(leaf.sum(1).max())]
-    paths = torch.where(valid.gather(1, order)[:, :, None], paths[rows, order], -1)  # (batch, leaves, longest)
+    paths = root_to_leaf(parent, tree.depth.gather(1, chosen), valid)  # step 4: (batch, leaves, longest)
+    longest = paths.shape[2]
     candidates = torch.where(paths >= 0, tokens[rows[:, :, None], paths.clamp(min=0)], -1)
     after_at = paths.clamp(min=0) + 1  # (batch, leaves, longest): the fed position after each path's node
     verdict = verify_fed(s.sampler, logits, after_at, candidates, s.random, s.active)

@@ -17,14 +17,11 @@ evaluations. MTAD approximates it with a small auxiliary (draft) model q:
 4. extend: one more token from p_{n+1} (its argmax when greedy); no residual distribution;
 5. commit: the accepted prefix and that token; both caches keep only them.
 
-MTAD does not preserve p: it trades exactness for likelihood. Distributions here are the
-Sampler's (temperature, top-k, top-p) when sampling; at temperature 0 the beams and the
-ratio use the models' untempered softmax, and step 4 takes the argmax.
-
-The draft's beams live in one KV cache as a token tree (`mtdecode.masks.tree`): each depth
-is one draft forward over the W newest beam tokens; afterwards `KVCache.keep` keeps the
-accepted path. In a batch every row has its own beams (its own tree) and its own draws, and
-its own block length k (shorter near the end of its budget).
+MTAD does not preserve p: it trades exactness for likelihood. Distributions are the Sampler's
+(temperature, top-k, top-p) when sampling; at temperature 0 the beams and the ratio use the
+models' untempered softmax, and step 4 takes the argmax. The draft's beams live in one KV cache
+as a token tree (`mtdecode.beams.deepen`); `KVCache.keep` keeps the accepted path. In a batch
+every row has its own beams, draws and block length k (shorter near the end of its budget).
 """
 
 import math
@@ -34,19 +31,17 @@ from functools import partial
 from typing import ClassVar
 
 import torch
-from einops import rearrange, repeat
+from einops import rearrange
 from transformers import PreTrainedModel
 
-from mtdecode import masks
-from mtdecode.beams import BEAM_WIDTH, judged, log_of, score_children
+from mtdecode.beams import BEAM_WIDTH, Beams, choose, deepen, judged, log_of, newest_q
 from mtdecode.model import CausalLM, Runner
-from mtdecode.plain import prefill
-from mtdecode.policy import Adaptive, Fixed, fixed_or
-from mtdecode.policy.plans import ChainPlan
-from mtdecode.sampling import RowRandom, draw
+from mtdecode.plain import extend_with, prefill
+from mtdecode.policy import Adaptive, ChainPlan, Fixed, fixed_or
+from mtdecode.sampling import draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.strategy import check_counts
-from mtdecode.tensor_types import Bool, Float, Int, Tensor
+from mtdecode.tensor_types import Float, Int, Tensor
 
 
 @dataclass(frozen=True)
@@ -56,13 +51,12 @@ class MTAD:
     **Arguments:**
 
     - `draft`: the auxiliary model q; it must share the target's vocabulary and device.
-    - `num_draft_tokens`: a fixed block length k (at least 1); None: until the draft is unsure.
+    - `num_draft_tokens`: a fixed block length k (at least 1); None: as `policy` decides.
     - `beam_width`: W, beams kept per depth (at least 1).
     - `threshold`: tau > 0; a prefix is accepted if P(y_1..n) / Q(y_1..n) > tau.
     - `max_draft_tokens`: the most tokens of a block when `policy` decides.
-    - `policy`: how long a block to draft when k is not given (`mtdecode.policy`): `Adaptive()` by default, weighing
-      a depth of the beams (a draft forward over `beam_width` tokens per row and the scoring of their children) as a
-      guess's cost, as measured on this host.
+    - `policy`: how long a block to draft when k is not given (`mtdecode.policy`); `Adaptive()` by default, a guess
+      costing a depth of the beams (a draft forward over W tokens per row, then their children's scores).
     """
 
     draft: CausalLM | PreTrainedModel
@@ -112,11 +106,8 @@ def beam_draft(
     The `plan` may stop a row at a depth below k[b] (the adaptive policy: where the heaviest beam's newest token is
     too unsure to pay for another depth; q's probabilities only).
 
-    **Returns:**
-
-    Each row's heaviest beam after its k[b] tokens (padded with -1 to the widest row), their
-    per-token log q, the draft-cache nodes of the beam's first k[b] - 1 tokens (the last token
-    was never fed; -1 pads), and k itself (smaller where the plan stopped a row).
+    **Returns:** each row's heaviest beam after its k[b] tokens (padded with -1 to the widest row), their per-token
+    log q, the draft-cache nodes of the beam's first k[b] - 1 tokens (the last never fed; -1 pads), and k itself.
     """
     k = torch.where(plan.first(k > 0, [len(row) for row in s.unread(draft)]), k, 0)
     batch, depth = s.batch, int(k.max())
@@ -144,62 +135,15 @@ def beam_draft(
         path[done, : d - 1] = nodes[rows, best][done]
         if d >= int(k.max()):
             break
-        # feed each beam's newest token as a child of its previous node
-        beams = tokens.shape[1]  # W, or fewer while W exceeds the options
-        previous = nodes[:, :, -1] if nodes.shape[2] else torch.full((batch, beams), -1, device=s.device)
-        new_nodes = parents.shape[1] + repeat(torch.arange(beams, device=s.device), "beam -> batch beam", batch=batch)
-        parents = torch.cat([parents, previous], dim=1)
-        sees = masks.tree(parents)[:, -beams:]  # (batch, W, pending + W)
-        offsets = masks.tree_positions(parents)[:, -beams:]  # (batch, W): depth d - 1 below the committed tokens
-        logits = draft.forward(tokens[:, :, -1].clamp(min=0), offsets, sees)  # (batch, W, vocab)
-        next_log_q, scores = score_children(s.sampler, logits, log_q)  # every (beam, token) pair scored
-        picks = choose(scores, width, s.sampler.greedy, s.random, s.active & (k > d))  # (batch, W)
-        pair = picks.clamp(min=0)
-        vocab = next_log_q.shape[-1]
-        beam, token = pair.div(vocab, rounding_mode="floor"), pair % vocab  # (beam vocab) undone
-        beam_rows = rows[:, None]
-        token_log_q = next_log_q[beam_rows, beam, token].masked_fill(picks < 0, -torch.inf)
-        tokens = torch.cat([tokens[beam_rows, beam], torch.where(picks < 0, -1, token)[:, :, None]], dim=2)
-        log_q = torch.cat([log_q[beam_rows, beam], token_log_q[:, :, None]], dim=2)
-        nodes = torch.cat([nodes[beam_rows, beam], new_nodes[beam_rows, beam][:, :, None]], dim=2)
+        grown = deepen(s, draft, Beams(tokens, log_q, nodes, parents), width, s.active & (k > d))  # a draft forward
+        tokens, log_q, nodes, parents = grown
     width_used = int(k.max())
     return block[:, :width_used], block_log_q[:, :width_used], path[:, :width_used], k
 
 
-def newest_q(log_q: Float[Tensor, "batch beam depth"], best: Int[Tensor, " batch"]) -> Float[Tensor, " batch"]:
-    """q of the newest token of each row's `best` beam: the draft's confidence that a policy may weigh."""
-    return log_q[torch.arange(log_q.shape[0], device=log_q.device), best, -1].exp()
-
-
-def choose(
-    log_scores: Float[Tensor, "batch options"],
-    width: int,
-    greedy: bool,
-    random: RowRandom,
-    rows: Bool[Tensor, " batch"],
-) -> Int[Tensor, "batch width"]:
-    """W options per row: the best W when greedy, else W drawn without replacement with probability
-    proportional to exp(score) (normalised as p / sum p, not log_softmax of probabilities).
-    A row with fewer than W possible options (finite scores) gets -1 for the rest; only `rows` draw."""
-    possible = torch.isfinite(log_scores).sum(1)  # (batch,)
-    width = min(width, log_scores.shape[1])
-    if greedy:
-        picks = log_scores.topk(width, dim=1).indices
-    else:
-        weights = (log_scores - log_scores.max(1, keepdim=True).values).exp().nan_to_num(0.0)  # (batch, options)
-        columns = []
-        for j in range(width):  # successive draws, each without the options already drawn
-            pick = draw(weights, random, rows & (possible > j))
-            columns.append(pick)
-            weights = weights.scatter(1, pick[:, None], 0.0)
-        picks = torch.stack(columns, dim=1)
-    return torch.where(torch.arange(width, device=picks.device) < possible[:, None], picks, -1)
-
-
 def plain_step(s: Session, draft: Runner) -> list[Step]:
-    """A step with no block in any row, at greedy cost: the next token as step 4 takes it with n = 0 (the argmax when
-    greedy, else a draw from the judged p), without steps 2 and 3. The draft rests: it reads what it missed when it
-    next drafts."""
+    """A step with no block in any row, at greedy cost: step 4's token with n = 0, without steps 2 and 3. The draft
+    rests, and reads what it missed when it next drafts."""
     logits = prefill(s)  # (batch, vocab): one target forward over each row's unread tokens
     token = logits.argmax(-1) if s.sampler.greedy else draw(judged(s.sampler, logits), s.random, s.active)
     none = torch.zeros(s.batch, dtype=torch.long, device=s.device)
@@ -213,8 +157,7 @@ def score_block(
 ) -> tuple[Float[Tensor, "batch k"], Float[Tensor, "batch k_plus_1 vocab"]]:
     """Step 2: one target forward over each row's unread tokens and block; log p of each block token, and
     p_1..p_{k+1}."""
-    fed = [row + guess for row, guess in zip(s.unread(s.target), block.clamp(min=0).tolist(), strict=True)]
-    logits = s.target.extend(fed, logits_to_keep=block.shape[1] + 1)  # (batch, k + 1, vocab)
+    logits = extend_with(s, block)  # (batch, k + 1, vocab)
     p = judged(s.sampler, logits)
     log_p = p[:, :-1].gather(2, block.clamp(min=0)[..., None])[..., 0].log()  # (batch, k)
     return log_p, p
@@ -223,8 +166,7 @@ def score_block(
 def accepted_length(
     log_p: Float[Tensor, "batch k"], log_q: Float[Tensor, "batch k"], k: Int[Tensor, " batch"], threshold: float
 ) -> Int[Tensor, " batch"]:
-    """Step 3: per row, the largest n <= k with log P(y_1..n) - log Q(y_1..n) > log tau, or 0 (the longest
-    passing prefix)."""
+    """Step 3: per row, the largest n <= k with log P(y_1..n) - log Q(y_1..n) > log tau (the longest passing prefix)."""
     if log_p.shape[1] == 0:
         return torch.zeros(log_p.shape[0], dtype=torch.long, device=log_p.device)
     log_ratio = (log_p - log_q).cumsum(1)  # (batch, k): prefix n is column n - 1

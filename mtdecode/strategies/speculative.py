@@ -1,9 +1,8 @@
 """Speculative decoding (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023, Algorithm 2).
 
-A small draft model q guesses `num_draft_tokens` tokens one by one; the target p scores
-all of them in one forward pass; a rejection rule keeps a prefix of the guesses and adds
-one token of its own. The rule makes the output distributed exactly as sampling from p
-token by token; at temperature 0 it is exactly greedy decoding of p.
+A small draft model q guesses k tokens one by one; the target p scores all of them in one forward pass; a
+rejection rule keeps a prefix of the guesses and adds one token of its own. The output is distributed exactly as
+sampling from p token by token; at temperature 0 it is exactly greedy decoding of p.
 
 Per step, with x0 the newest committed token and k guesses:
 
@@ -14,21 +13,13 @@ Per step, with x0 the newest committed token and k guesses:
              if all k were kept, draw a bonus token from p_{k+1}          (lines 7-10)
 5. commit:   the accepted guesses and the new token; roll both caches back to them.
 
-How many guesses: `num_draft_tokens=k` fixes k, as in the paper (`mtdecode.policy.Fixed`). By default the
-policy decides (`mtdecode.policy.Adaptive`): each row drafts until the draft is unsure, at most
-`max_draft_tokens`. The policy reads q and earlier steps only, never this step's p, so the output stays exactly p
-(or greedy) whatever it chooses.
+How many guesses: `num_draft_tokens=k` fixes k, as the paper does; else the policy decides (`mtdecode.policy`;
+by default each row drafts until the draft is unsure). A policy reads q and earlier steps only, never this step's
+p, so the output stays exactly p (or greedy) whatever it chooses.
 
 In a batch every row runs these steps on its own: its own k (fewer near the end of its
-budget), its own guesses and draws, its own number of accepted guesses.
-
-At temperature 0 the Sampler's p and q are one-hot, so p_i(d_i)/q_i(d_i) is 1 when the
-target agrees and 0 when it does not, and the residual norm(max(0, p_i - q_i)) is the
-target's argmax: the rule keeps the guesses up to the first one that is not the target's
-argmax, then adds the target's argmax. `judge_greedy` does exactly that on the models'
-argmaxes, without building one-hot distributions over the vocabulary; it skips the random
-numbers that the general rule would draw (`RowRandom.skip`), so both leave every row's
-random stream alike.
+budget), its own guesses and draws, its own number of accepted guesses. At temperature 0
+lines 5-10 reduce to comparing argmaxes (`judge_greedy`).
 """
 
 from collections.abc import Iterator
@@ -39,9 +30,8 @@ import torch
 from transformers import PreTrainedModel
 
 from mtdecode.model import CausalLM, Runner
-from mtdecode.plain import prefill, sample_next
-from mtdecode.policy import Adaptive, Fixed, fixed_or
-from mtdecode.policy.plans import ChainPlan
+from mtdecode.plain import extend_with, prefill, sample_next
+from mtdecode.policy import Adaptive, ChainPlan, Fixed, fixed_or
 from mtdecode.sampling import RowRandom, draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.strategy import check_counts
@@ -55,14 +45,12 @@ class Speculative:
 
     **Arguments:**
 
-    - `draft`: the draft model q (a transformers causal LM or a `CausalLM`); it must share
-      the target's vocabulary and device.
+    - `draft`: the draft model q (a transformers causal LM or a `CausalLM`) on the target's vocabulary and device.
     - `num_draft_tokens`: k, the guesses per step (at least 1), as in the paper; None (the default): as many as
       `policy` decides.
     - `max_draft_tokens`: the most guesses per step when `policy` decides.
-    - `policy`: how many guesses to draft when k is not given (`mtdecode.policy`): `Adaptive()` by default, which
-      weighs costs and acceptance measured on this host; `Adaptive(costs, acceptance)` weighs the numbers given,
-      which makes a seeded run repeat on another host.
+    - `policy`: how many guesses to draft when k is not given (`mtdecode.policy`): `Adaptive()` by default, on costs
+      and acceptance measured on this host; `Adaptive(costs, acceptance)` repeats a seeded run on any host.
     """
 
     draft: CausalLM | PreTrainedModel
@@ -87,7 +75,7 @@ class Speculative:
                 plan.record(k, torch.zeros_like(k))
                 yield plain_step(s, draft)
                 continue
-            logits = verify(s, guesses)  # line 4
+            logits = extend_with(s, guesses)  # line 4: p_1..p_{k+1} in one forward
             if q is None:  # temperature 0: lines 5-10 on the argmaxes
                 accepted, new_token = judge_greedy(logits.argmax(-1), guesses, k, s.random, s.active)
             else:
@@ -99,8 +87,7 @@ class Speculative:
 
 
 def plain_step(s: Session, draft: Runner) -> list[Step]:
-    """A step without guesses, at greedy cost: p's own draw, as lines 4 and 10 make it with k = 0. The draft rests:
-    it reads what it missed when it next drafts."""
+    """A step without guesses, at greedy cost: p's own draw, as lines 4 and 10 make it with k = 0. The draft rests."""
     steps = s.commit(sample_next(s, prefill(s))[:, None], 1)
     s.read_later(draft)
     return steps
@@ -109,13 +96,9 @@ def plain_step(s: Session, draft: Runner) -> list[Step]:
 def draft_tokens(
     s: Session, draft: Runner, k: Int[Tensor, " batch"], plan: ChainPlan
 ) -> tuple[Int[Tensor, "batch guesses"], Float[Tensor, "batch guesses vocab"] | None, Int[Tensor, " batch"]]:
-    """Algorithm 1, lines 1-3: up to k[b] guesses per row from q, one draft forward each; also q_1..q_k
-    (None at temperature 0, where each guess is the draft's argmax), and how many guesses each row drew
-    (k[b], or fewer where the `plan` stopped the row).
-
-    Every row feeds the widest row's number of tokens; a row that has stopped draws nothing more
-    (its later columns are never used).
-    """
+    """Algorithm 1, lines 1-3: up to k[b] guesses per row from q, one draft forward each (a row that stopped draws
+    nothing more; its later columns are never used); also q_1..q_k (None at temperature 0, where each guess is the
+    draft's argmax), and how many guesses each row drew (fewer than k[b] where the `plan` stopped it)."""
     guesses, q_rows = [], []
     feed = s.unread(draft)  # ragged at first (prompts), then each row's x0
     going = plan.first(s.active & (k > 0), [len(row) for row in feed])
@@ -133,9 +116,8 @@ def draft_tokens(
         feed = d_i[:, None]
         guesses.append(d_i)
     q = torch.stack(q_rows, dim=1) if q_rows else None  # None at temperature 0, or when no row drafted
-    if not guesses:
-        return torch.empty(s.batch, 0, dtype=torch.long, device=s.device), q, drafted
-    return torch.stack(guesses, dim=1), q, drafted
+    none = torch.empty(s.batch, 0, dtype=torch.long, device=s.device)
+    return torch.stack(guesses, dim=1) if guesses else none, q, drafted
 
 
 def confidence(
@@ -144,16 +126,6 @@ def confidence(
     """q's probability of each row's newest guess (at temperature 0, the draft's softmax): what a policy may weigh."""
     judged = torch.softmax(logits.double(), dim=-1) if s.sampler.greedy else q[-1]
     return judged.gather(1, d[:, None])[:, 0]
-
-
-def verify(s: Session, guesses: Int[Tensor, "batch guesses"]) -> Float[Tensor, "batch guesses_plus_1 vocab"]:
-    """Algorithm 1, line 4: the target's logits for p_1..p_{k+1}, from one forward over each row's unread context
-    and d_1..d_k.
-
-    On the first step the context is the whole prompt: the prefill and the first verification share one forward.
-    """
-    fed = [row + guess for row, guess in zip(s.unread(s.target), guesses.tolist(), strict=True)]
-    return s.target.extend(fed, logits_to_keep=guesses.shape[1] + 1)
 
 
 def accept(
@@ -200,10 +172,10 @@ def judge_greedy(
     random: RowRandom,
     rows: Bool[Tensor, " batch"],
 ) -> tuple[Int[Tensor, " batch"], Int[Tensor, " batch"]]:
-    """Lines 5-10 at temperature 0, given the target's argmax after x0 and after each guess: how many guesses each
-    row kept (up to the first that is not the target's token, of its own k) and the new token (the target's token
-    after them), by `verification.verify_greedy` on the row's own guesses. `accept` and `correct` on one-hot p and q
-    give the same, and draw k[b] + 1 numbers per row: this skips as many."""
+    """Lines 5-10 at temperature 0, where p and q are one-hot: p_i(d_i) / q_i(d_i) is 1 where the target agrees and
+    0 where not, and the residual is the target's argmax. So each row keeps its guesses up to the first that is not
+    the target's token, then adds the target's token after them (`verification.verify_greedy`), without one-hot
+    distributions over the vocabulary; it skips the k[b] + 1 random numbers `accept` and `correct` would draw."""
     random.skip(torch.where(rows, k, 0))  # line 5's numbers, one per guess; `verify_greedy` skips line 7's or 10's
     own = torch.arange(guesses.shape[1], device=guesses.device) < k[:, None]  # (batch, k): a row's own guesses
     verdict = verify_greedy(target[:, 0], target[:, None, 1:], torch.where(own, guesses, NONE)[:, None], random, rows)

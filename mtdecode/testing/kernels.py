@@ -22,7 +22,7 @@ blocks must be the source's exact joint law: a chi-square test per scenario, at
 and transformers' samplers to the signature.
 
 **Beam samplers.** `check_beam_sampler(choose)` checks MTAD's beam-sampling draw
-(`mtdecode.strategies.mtad.choose`'s signature): W options drawn without replacement with
+(`mtdecode.beams.choose`'s signature): W options drawn without replacement with
 probability proportional to exp(score). The law of the first two picks is compared with the
 exact law of successive draws.
 """

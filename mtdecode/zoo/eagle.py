@@ -18,6 +18,8 @@ output layer turns the predicted feature into a distribution for x_{t+2}:
 turns it into int8.
 """
 
+import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -28,12 +30,13 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 
 from mtdecode.attention import GROUPED_SDPA
 from mtdecode.cache import KVCache, cache_keyword
-from mtdecode.model import Runner
+from mtdecode.model import CausalLM, Runner
+from mtdecode.session import Session
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: the tree's width by default (`Eagle.width`, nodes kept per depth), at which the course's reference depth cost is
-#: kept (`mtdecode.tuning.record_reference`): 3, where 4 gave up to 7 points at 4 rows of code and no more tokens per
-#: forward at batch 1 (`benchmarks/eagle_width.py`, `docs/strategies/eagle.md`)
+#: kept (`mtdecode.costs.reference.record_reference`; `benchmarks/eagle_width.py` compares widths,
+#: `docs/strategies/eagle.md`)
 TREE_WIDTH = 3
 
 
@@ -252,3 +255,99 @@ def quantize_head(head: EagleHead) -> EagleHead:
     int8_linears(head)
     head.scorer = Int8Linear(scores)
     return head
+
+
+# ------------------------------------------------------------------ the head in a decoding session
+
+
+def shipped_head(target: CausalLM) -> EagleHead:
+    """The head that ships for the default model, on the target's device and in its dtype (loaded once)."""
+    if (target.vocab_size, target.config.hidden_size) != (49152, 576):
+        raise ValueError(
+            f"Eagle() without a head uses the head shipped for SmolLM2-135M-Instruct, which does not fit {target.name} "
+            "(another vocabulary or hidden size): pass head= a head trained for it (python -m mtdecode.recipes.eagle)"
+        )
+    return _shipped(str(target.device), target.dtype)
+
+
+@functools.cache
+def _shipped(device: str, dtype: torch.dtype) -> EagleHead:
+    from mtdecode.zoo import EAGLE_MODEL, load_model
+
+    return load_model(EAGLE_MODEL, device=device, dtype=dtype)
+
+
+def head_runner(s: Session, head: EagleHead) -> HeadRunner:
+    """The head's runner, its cache checked with the others after every step."""
+    target = s.target.model
+    embedding = head.embedding.shape
+    if embedding != (target.vocab_size, target.config.hidden_size):
+        raise ValueError(
+            f"the head's embedding is {tuple(embedding)} but the target has {target.vocab_size} tokens of hidden size "
+            f"{target.config.hidden_size}: an EAGLE head must be trained for the target at hand"
+        )
+    if head.device != s.device:
+        raise ValueError(f"the head is on {head.device} but the target is on {s.device}; put both on one device")
+    runner = HeadRunner(head, s.batch)
+    s.runners.append(runner)
+    return runner
+
+
+def read_features(
+    s: Session,
+    head: HeadRunner,
+    features: Sequence[Float[Tensor, "_fresh hidden"]],
+    root: Float[Tensor, "batch hidden"] | None,
+) -> Float[Tensor, "batch hidden"]:
+    """Step 5's head update: row b's head cache grows by the entries (f_t, x_{t+1}) its target cache gained, from
+    `features[b]` (the target's features at those positions, in order). Returns each row's prediction for the
+    position of its newest token (unchanged for rows that gained nothing)."""
+    start = head.cache.lengths.tolist()
+    # the entries it lacks; a finished row's target cache may hold one more until the session settles it
+    wanted = torch.minimum(s.target.cache.lengths, s.lengths - 1)
+    needed = (wanted - head.cache.lengths).clamp(min=0).tolist()
+    tokens = [s.tokens[b][start[b] + 1 : start[b] + 1 + n] for b, n in enumerate(needed)]
+    rows = [features[b][:n] for b, n in enumerate(needed)]
+    hidden = head.model.embedding.shape[1]
+    if not any(needed):  # every row finished
+        return root if root is not None else torch.zeros(s.batch, hidden, dtype=head.model.dtype,
+                                                         device=s.device)  # fmt: skip
+    ids, offsets, sees, pad = head.after_held(tokens)
+    width = ids.shape[1]
+    padded = torch.zeros(s.batch, width, hidden, dtype=head.model.dtype, device=s.device)
+    for b, row in enumerate(rows):
+        padded[b, width - len(row) :] = row
+    predicted = head.step(padded, ids, offsets, sees, pad=pad)  # (batch, width, hidden)
+    head.cache.commit()
+    gained = torch.tensor([n > 0 for n in needed], device=s.device)
+    if root is None:
+        return predicted[:, -1]
+    return torch.where(gained[:, None], predicted[:, -1], root)
+
+
+class Backlog:
+    """The target's features at the tokens that the head has not read yet, row by row (what `rest_step`s returned,
+    in order), until `read_features` reads them. Each step's piece is kept apart and the pieces are joined once, when
+    they are read: joining them every step would copy each row's whole backlog, its prompt's features included, at
+    every step of a rest."""
+
+    def __init__(self, batch: int) -> None:
+        self.pieces: list[list[Float[Tensor, "_fed hidden"]]] = [[] for _ in range(batch)]
+        self.sizes = [0] * batch  # entries per row
+
+    @property
+    def waiting(self) -> bool:
+        """Whether any step's features wait to be read."""
+        return any(self.pieces)
+
+    def add(self, fresh: Sequence[Float[Tensor, "_fed hidden"]]) -> None:
+        """Queue a step's features, row b's `fresh[b]`."""
+        for b, piece in enumerate(fresh):
+            self.pieces[b].append(piece)
+            self.sizes[b] += len(piece)
+
+    def take(self) -> list[Float[Tensor, "_unread hidden"]]:
+        """Each row's waiting features, joined in order; the backlog is then empty."""
+        rows = [torch.cat(pieces) if len(pieces) > 1 else pieces[0] for pieces in self.pieces]
+        self.pieces, self.sizes = [[] for _ in rows], [0] * len(rows)
+        return rows
