@@ -48,19 +48,17 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 import mtdecode
 from mtdecode.recipes.eagle import (
-    TASK_PROMPTS,
     build_head,
     chain_hits,
     distill_loss,
     eagle_loss,
     first_guess_hits,
     learning_rate,
-    load_records,
     random_windows,
-    sampled_kind,
     token_loss,
     unrolled_loss,
 )
+from mtdecode.recipes.eagle_data import TASK_PROMPTS, load_records, sampled_kind
 from mtdecode.zoo.eagle import EagleHead
 
 KINDS = ["chat", "conversation", "question"]

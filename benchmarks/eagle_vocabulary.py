@@ -18,7 +18,8 @@ import argparse
 import torch
 
 import mtdecode
-from mtdecode.recipes.eagle import HEAD_TOKENS, held_out_scores, load_records
+from mtdecode.recipes.eagle import held_out_scores
+from mtdecode.recipes.eagle_data import HEAD_TOKENS, load_records
 from mtdecode.zoo.eagle import EagleHead
 
 KINDS = ["chat", "conversation", "question", "passage", "extract", "summary", "code", "math"]

@@ -308,3 +308,10 @@ def kept_parents(parent: Int[Tensor, "batch node"], chosen: Int[Tensor, "batch n
     slot = torch.full_like(parent, -1).scatter_(1, chosen, kept)  # each node's place among the chosen, or -1
     above = parent.gather(1, chosen)
     return torch.where(above >= 0, slot.gather(1, above.clamp(min=0)), -1)
+
+
+def best_nodes(worth: Float[Tensor, "batch node"], n: int) -> tuple[Int[Tensor, "batch n"], Int[Tensor, "batch n"]]:
+    """Each row's `n` worthiest nodes of a tree (a child never worth more than its parent), parents first, and each
+    one's rank (ties to the earlier node, so no child comes in without its parent; a row's best k < n are those of
+    rank below k)."""
+    return worth.argsort(dim=1, descending=True, stable=True)[:, :n].sort(dim=1)

@@ -107,7 +107,7 @@ def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):
     names, absolute positions) with the default model's tokenizer and chat template, at a hundredth of its prompts
     and with sampled chat answers too: every stage runs, the exported head has the target's width and LayerNorm,
     loads back, and drafts for Eagle, whose output is then greedy decoding's."""
-    from mtdecode.recipes import eagle
+    from mtdecode.recipes import eagle, eagle_data
     from mtdecode.strategies import Eagle
     from mtdecode.testing.families import tiny_family_model
     from mtdecode.zoo import load_tokenizer
@@ -121,7 +121,7 @@ def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):
     eagle.main(["all", "--work", str(tmp_path / "work"), "--model", str(folder), "--scale", "0.01", "--new-tokens",
                 "6", "--steps", "3", "--window", "32", "--sequences", "1", "--sampled", "chat",
                 "--out", str(out)])  # fmt: skip
-    assert eagle.load_records(tmp_path / "work", eagle.sampled_kind("chat"))  # `--sampled chat` made its data
+    assert eagle_data.load_records(tmp_path / "work", eagle_data.sampled_kind("chat"))  # `--sampled chat` made its data
     head = load_head(model, out)
     assert isinstance(head.norm, torch.nn.LayerNorm) and head.fuse.out_features == model.config.n_embd == 32
     prompt = tokenizer("def add(a, b):\n    return a + b\n\ndef add(a, b):")["input_ids"]
@@ -135,7 +135,7 @@ def test_sampled_answers_are_the_targets_own_draws_kept_beside_the_greedy_ones(t
     by the batch, kept as the kind `chat-sampled` beside the greedy `chat`. Each answer is the one `generate` draws
     with that seed, and they differ from the greedy answers (a control: the greedy kind's answers are greedy
     decoding's)."""
-    from mtdecode.recipes import eagle
+    from mtdecode.recipes import eagle_data
     from mtdecode.testing.families import tiny_family_model
     from mtdecode.zoo import load_model, load_tokenizer
 
@@ -144,8 +144,9 @@ def test_sampled_answers_are_the_targets_own_draws_kept_beside_the_greedy_ones(t
     tiny_family_model("gpt2", vocab_size=len(tokenizer), dtype=torch.float32).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     for sampled in (False, True):
-        eagle.make_data(work, "chat", prompts=3, batch=3, new_tokens=6, model=str(folder), sampled=sampled)
-    greedy, drawn = eagle.load_records(work, "chat"), eagle.load_records(work, eagle.sampled_kind("chat"))
+        eagle_data.make_data(work, "chat", prompts=3, batch=3, new_tokens=6, model=str(folder), sampled=sampled)
+    greedy = eagle_data.load_records(work, "chat")
+    drawn = eagle_data.load_records(work, eagle_data.sampled_kind("chat"))
     prompts = [r["tokens"][: r["answer_start"]].tolist() for r in greedy]
     assert prompts == [r["tokens"][: r["answer_start"]].tolist() for r in drawn]
     target = load_model(str(folder))

@@ -22,12 +22,15 @@ import torch
 
 import mtdecode
 from mtdecode import Sampler, verification
+from mtdecode.copying import Copy
 from mtdecode.costs import DraftCosts
 from mtdecode.policy import Adaptive, Fixed
 from mtdecode.strategies import Autoregressive
-from mtdecode.strategies.eagle import Copy, Eagle, Tree, best_nodes, graft, head_guesses, tree_size
+from mtdecode.strategies.eagle import Eagle
+from mtdecode.strategies.eagle.tree import Tree, graft, head_guesses, tree_size
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import check_distribution
+from mtdecode.verification import best_nodes
 from mtdecode.zoo import int8
 from mtdecode.zoo.eagle import EagleHead, quantize_head
 from mtdecode.zoo.int8 import exact_int_mm
@@ -182,11 +185,11 @@ def test_the_copy_is_read_by_the_run_that_matched_as_prompt_lookup_reads_it():
     them agree with an earlier place (a run of 4). Before any record, a copy's first token holds with the prior
     L / (L + 2) of the run L before it: 1/3 and 2/3, as prompt lookup reads its copies (by place in the copy, both
     were 1/2)."""
+    from mtdecode.copying import find_copies
     from mtdecode.model import CausalLM
     from mtdecode.policy.records import CopyRecord
     from mtdecode.sampling import RowRandom
     from mtdecode.session import Session
-    from mtdecode.strategies.eagle import find_copies
 
     rows = [[5, 9, 1, 2, 3, 9], [7, 1, 2, 3, 4, 8, 7, 1, 2, 3]]
     target = CausalLM.wrap(tiny_model("llama", vocab_size=16))

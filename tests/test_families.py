@@ -68,7 +68,7 @@ def test_the_matrix_catches_a_window_that_is_not_applied(monkeypatch):
     """Negative control: the adapter without its sliding-window masks gives wrong tokens on a windowed family (its
     4-token window matters in the matrix's decodes). The probe refuses such an adapter at once; with the probe off
     too, the matrix reports mismatches instead of passing."""
-    monkeypatch.setattr(adapter_module, "_sliding_window", lambda config: None)
+    monkeypatch.setattr(adapter_module, "sliding_window", lambda config: None)
     refused = matrix.check_family("mistral", strategy_names=["autoregressive"])
     assert refused.refused is not None and "hidden columns with positions that skip them" in refused.refused
     assert matrix.check_half("mistral", strategy_names=["autoregressive"]).startswith("refused: ")

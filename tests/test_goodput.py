@@ -77,6 +77,13 @@ def count_calls(monkeypatch, module, name: str, calls: dict, key: str, note=None
     monkeypatch.setattr(module, name, call)
 
 
+def head_alone(slope: float) -> Eagle:
+    """EAGLE with the head's tree alone (no copy), on 4 rows' costs t_4(n) = 1 + `slope` (n - 1), a depth and the
+    head's read per entry at 0.05."""
+    return Eagle(head(), depth=3, width=3, lookup=0, policy=Adaptive(costs=together(4, 0.0, slope), depth_cost=0.05,
+                                                                    read_cost=0.05))  # fmt: skip
+
+
 def linear(draft: float, slope: float, sizes: int = 24) -> DraftCosts:
     """c = `draft`, t(n) = 1 + slope (n - 1)."""
     return DraftCosts(draft=draft, target=[1 + slope * n for n in range(sizes)])
@@ -539,25 +546,13 @@ def test_a_resting_batch_leaves_the_head_idle_and_catches_it_up(monkeypatch):
     count_calls(monkeypatch, eagle, "read_features", calls, "read", widest)
     count_calls(monkeypatch, eagle, "rest_step", calls, "rest")
     target, prompts = pair()[0], RAGGED
-    steep = Eagle(
-        head(),
-        depth=3,
-        width=3,
-        lookup=0,
-        policy=Adaptive(costs=together(4, 0.0, 3.0), depth_cost=0.05, read_cost=0.05),
-    )
+    steep = head_alone(slope=3.0)
     result = mtdecode.generate(target, prompts, steep, max_new_tokens=30)
     # no tree, no read: every step a rest, the first one over the prompts
     assert calls["grow"] == 0 and calls["read"] == [] and calls["rest"] == len(result.steps_of(0))
     assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 30) for p in prompts]
     calls.update(grow=0, read=[], rest=0)
-    some = Eagle(
-        head(),
-        depth=3,
-        width=3,
-        lookup=0,
-        policy=Adaptive(costs=together(4, 0.0, 0.05), depth_cost=0.05, read_cost=0.05),
-    )
+    some = head_alone(slope=0.05)
     result = mtdecode.generate(target, prompts, some, max_new_tokens=60)
     assert calls["rest"] > 0 and max(calls["read"][1:]) > 1, calls  # caught up on several steps at once
     assert [result.row(b) for b in range(4)] == [greedy_tokens(target, p, 60) for p in prompts]
@@ -601,13 +596,7 @@ def test_a_tree_that_no_row_verifies_starts_the_rest_at_once(monkeypatch):
 
     monkeypatch.setattr(eagle, "tree_size", noted)
     target, prompts = pair()[0], RAGGED
-    some = Eagle(
-        head(),
-        depth=3,
-        width=3,
-        lookup=0,
-        policy=Adaptive(costs=together(4, 0.0, 0.05), depth_cost=0.05, read_cost=0.05),
-    )
+    some = head_alone(slope=0.05)
     result = mtdecode.generate(target, prompts, some, max_new_tokens=60)
     after_none = [events[i + 1 : i + 3] for i, event in enumerate(events) if event == "none"]
     assert ["rest"] in [later[:1] for later in after_none], events  # a tree verified by no row, then a rest

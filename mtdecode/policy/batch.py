@@ -56,21 +56,14 @@ class BatchRule(Rule):
 
     pools_rows = True
 
-    def __init__(
-        self,
-        costs: BatchCosts,
-        batch: int,
-        device: torch.device,
-        remaining: Callable[[], Int[Tensor, " batch"]] | None = None,
-        acceptance: float = 0.5,
-        wait_first: bool = False,
-    ) -> None:
+    calibration_of = PooledCalibration
+
+    def prepare(self, costs: BatchCosts, wait_first: bool) -> None:
         self.margin = costs.margin  # guesses must end the batch this much sooner to count
         # the batch's steps without drafting and its patience; `waiting`: not drafted yet (its first step is a try)
         self.batch_rested, self.batch_patience, self.waiting = (PATIENCE if wait_first else 0), PATIENCE, wait_first
         self.asked = 0.0  # the catch-up that `idle` last weighed a try against
         self.tried = False  # the batch's last step was a try that paid for its guess (`record`)
-        super().__init__(costs.at(batch), batch, device, remaining, PooledCalibration(batch, device, acceptance))
 
     # ------------------------------------------------------------------ a chain
 
@@ -86,15 +79,8 @@ class BatchRule(Rule):
     def grown(self) -> Float[Tensor, " batch"]:  # the rows that drew guess i: their E(i) grows, the others' stays
         return torch.where(self.going, self.survive, 0.0)
 
-    def more(
-        self,
-        confidence: Float[Tensor, " batch"] | float,
-        upcoming: Float[Tensor, " batch"] | None = None,
-        rows: Bool[Tensor, " batch"] | None = None,
-    ) -> Bool[Tensor, " batch"]:
-        pays = super().more(confidence, upcoming, rows)
-        self.going = self.going & pays
-        return pays
+    def still_going(self, pays: Bool[Tensor, " batch"]) -> Bool[Tensor, " batch"]:  # every row in play, or none
+        return self.going & pays
 
     def pays(self) -> Bool[Tensor, " batch"]:
         """(batch rule) for guess i + 1: the batch's finish with it against without it, one answer for every row."""
@@ -192,13 +178,8 @@ class BatchRule(Rule):
         added = self.costs.step(1) - self.costs.step(0) + reading + extra
         return bool(self.calibration.optimistic()[0] * self.costs.step(0) * (1 - self.margin) > added)
 
-    def record(
-        self,
-        drafted: Int[Tensor, " batch"],
-        accepted: Int[Tensor, " batch"],
-        extra_cost: float | Float[Tensor, " batch"] = 0.0,
-    ) -> None:
-        """`Rule.record`, and the batch's rests and patience: reset by a try that paid and after which the batch
+    def recorded(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
+        """Before `Rule.record`: the batch's rests and patience, reset by a try that paid and after which the batch
         drafted on, doubled by one that did not pay or after which it at once drafted nothing."""
         playing = self.playing
         width = int(drafted[playing].max()) if bool(playing.any()) else 0
@@ -215,7 +196,6 @@ class BatchRule(Rule):
                 self.batch_patience = PATIENCE if paid else 2 * self.batch_patience
                 self.tried = paid
             self.batch_rested = 0
-        super().record(drafted, accepted, extra_cost)
 
     # ------------------------------------------------------------------ the batch's end
 

@@ -5,6 +5,11 @@ from typing import Protocol, runtime_checkable
 
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
+#: a count per row
+PerRow = Int[Tensor, " batch"]
+#: what a tree's verified nodes showed: the head's confidences, which were tried, which held (None: no node verified)
+Tried = tuple[Float[Tensor, "batch n"], Bool[Tensor, "batch n"], Bool[Tensor, "batch n"]] | None
+
 
 @runtime_checkable
 class ChainPlan(Protocol):
@@ -60,13 +65,7 @@ class TreePlan(Protocol):
         """How many of its `available` worthiest nodes each row verifies."""
         ...
 
-    def record(
-        self,
-        verified: Int[Tensor, " batch"],
-        accepted: Int[Tensor, " batch"],
-        depths: Int[Tensor, " batch"],
-        tried: Callable[[], tuple[Tensor, Tensor, Tensor] | None],
-    ) -> None:
+    def record(self, verified: PerRow, accepted: PerRow, depths: PerRow, tried: Callable[[], Tried]) -> None:
         """After verifying (`tried()`: the head's verified nodes' confidences, which were tried, which held)."""
         ...
 

@@ -8,7 +8,7 @@
 Each starts from a prior worth a few guesses and keeps its estimate until a verified guess changes it.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -23,7 +23,29 @@ from mtdecode.tensor_types import Float, Int, Tensor
 SUITE_RATES = (0.23, 0.50, 0.50, 0.71, 0.71, 0.84, 0.92, 0.92)
 
 
-class CopyRecord:
+class Record:
+    """Verified guesses per row and column (a place, a rank, a run) and how many of them held, with what the record
+    says kept by question until a verified guess changes it (most steps verify nothing)."""
+
+    def __init__(self, batch: int, columns: int) -> None:
+        self.hits = torch.zeros(batch, columns, dtype=torch.float64, device="cpu")  # bookkeeping on the host
+        self.tries = torch.zeros(batch, columns, dtype=torch.float64, device="cpu")
+        self.known: dict[object, Float[Tensor, "batch width"]] = {}
+
+    def kept(
+        self, question: object, estimate: Callable[[], Float[Tensor, "batch width"]]
+    ) -> Float[Tensor, "batch width"]:
+        """`estimate()`, worked out once per `question` until the record changes (`changed`)."""
+        if question not in self.known:
+            self.known[question] = estimate()
+        return self.known[question]
+
+    def changed(self) -> None:
+        """Forget what was kept: a verified guess changed the record."""
+        self.known.clear()
+
+
+class CopyRecord(Record):
     """How often this row's copied tokens were accepted, read by the length of the run of tokens that agreed before
     each one.
 
@@ -50,19 +72,13 @@ class CopyRecord:
         if rates is not None and (not rates or not all(0 < rate < 1 for rate in rates)):
             raise ValueError(f"rates must be chances strictly between 0 and 1, one per run length, got {rates!r}")
         self.rates = None if rates is None else torch.tensor(rates, dtype=torch.float64, device="cpu")
-        # columns: by the agreeing run's length (bookkeeping on the host)
-        self.hits = torch.zeros(batch, self.RUNS, dtype=torch.float64, device="cpu")
-        self.tries = torch.zeros(batch, self.RUNS, dtype=torch.float64, device="cpu")
-        self.known: dict[tuple, Float[Tensor, "batch width"]] = {}  # `chances` by width and runs, until it changes
+        super().__init__(batch, self.RUNS)  # columns: by the agreeing run's length
 
     def chances(self, width: int, matched: list[int]) -> Float[Tensor, "batch width"]:
         """P(copied token i + 1 accepted | tokens 1..i accepted) for i < `width`, per row, its copy following
         `matched[b]` agreeing tokens: its run's record and its prior, or a shorter run's chance where that is higher
         (a copy that held so far holds on at least as often)."""
-        key = (width, tuple(matched))
-        if key not in self.known:
-            self.known[key] = self.estimate(width, matched)
-        return self.known[key]
+        return self.kept((width, tuple(matched)), lambda: self.estimate(width, matched))
 
     def run(self, width: int, matched: list[int]) -> Int[Tensor, "batch width"]:
         """The run before copied token i + 1, i < `width`: `matched[b]` + i (at least 1)."""
@@ -86,14 +102,14 @@ class CopyRecord:
         width = int(drafted.max()) if drafted.numel() else 0
         if width == 0:  # nothing verified: the record stays as it was
             return
-        self.known.clear()
+        self.changed()
         tried, hit = chain_outcome(drafted, accepted, width)  # (batch, drafted)
         column = (self.run(width, matched) - 1).clamp(max=self.RUNS - 1)
         self.tries.scatter_add_(1, column, tried.double())
         self.hits.scatter_add_(1, column, hit.double())
 
 
-class PlaceRecord:
+class PlaceRecord(Record):
     """How often a guess at each place of the block was accepted, given the guesses before it were, over the steps
     that verified it; with `pooled`, every row's record together (the batch rule: the rows share the model and learn
     as many times faster as they are). The prior of the first place is `first` (`Jacobi` passes the model's measured
@@ -102,17 +118,13 @@ class PlaceRecord:
     short, and an even chance there would keep a block whose first guess is seldom right worth verifying."""
 
     def __init__(self, batch: int, places: int, pooled: bool = False, first: float = 0.5) -> None:
-        self.hits = torch.zeros(batch, places, dtype=torch.float64, device="cpu")
-        self.tries = torch.zeros(batch, places, dtype=torch.float64, device="cpu")
+        super().__init__(batch, places)
         self.pooled = pooled
         self.first = first
-        self.known: dict[int, Float[Tensor, "batch place"]] = {}  # `chances` by width, until the record changes
 
     def chances(self, width: int) -> Float[Tensor, "batch place"]:
         """P(guess i + 1 accepted | guesses 1..i were) for the first `width` places, per row."""
-        if width not in self.known:
-            self.known[width] = self.estimate(width)
-        return self.known[width]
+        return self.kept(width, lambda: self.estimate(width))
 
     def estimate(self, width: int) -> Float[Tensor, "batch place"]:
         """`chances`, worked out from the record."""
@@ -132,10 +144,10 @@ class PlaceRecord:
         tried, hit = chain_outcome(verified, accepted, self.hits.shape[1])
         self.tries += tried.double()
         self.hits += hit.double()
-        self.known.clear()
+        self.changed()
 
 
-class CandidateRecord:
+class CandidateRecord(Record):
     """How often this row's candidate of each rank (0: the pool's most recent) was the accepted one, and how many
     tokens an accepted candidate brought, over the steps that verified it; one token, and for rank j a chance of
     1 / 2^(j + 1) (two steps' worth), as priors.
@@ -147,16 +159,12 @@ class CandidateRecord:
     candidates to gain 3.5 candidates' tokens."""
 
     def __init__(self, batch: int, ranks: int) -> None:
-        self.hits = torch.zeros(batch, ranks, dtype=torch.float64, device="cpu")
-        self.tries = torch.zeros(batch, ranks, dtype=torch.float64, device="cpu")
+        super().__init__(batch, ranks)
         self.tokens = torch.zeros(batch, dtype=torch.float64, device="cpu")  # tokens brought by accepted candidates
-        self.known: dict[int, Float[Tensor, "batch options"]] = {}  # `expected` by width, until the record changes
 
     def expected(self, width: int) -> Float[Tensor, "batch options"]:
         """E(0..width): expected tokens of a step that verifies the first g candidates, g = 0..width."""
-        if width not in self.known:
-            self.known[width] = self.estimate(width)
-        return self.known[width]
+        return self.kept(width, lambda: self.estimate(width))
 
     def estimate(self, width: int) -> Float[Tensor, "batch options"]:
         """`expected`, worked out from the record."""
@@ -177,4 +185,4 @@ class CandidateRecord:
         self.tries += (rank < tried[:, None]).double()
         self.hits += ((rank == candidate[:, None]) & hit[:, None]).double()
         self.tokens += torch.where(hit, accepted, 0).double()
-        self.known.clear()
+        self.changed()

@@ -66,18 +66,10 @@ from mtdecode.tensor_types import Bool, Float, Int, Tensor
 PATIENCE = 4
 
 
-def rule_for(
-    costs: DraftCosts | BatchCosts,
-    batch: int,
-    device: torch.device,
-    remaining: Callable[[], Int[Tensor, " batch"]] | None = None,
-    acceptance: float = 0.5,
-    wait_first: bool = False,
-) -> "Rule":
+def rule_for(costs: DraftCosts | BatchCosts, batch: int, *args: object, **kwargs: object) -> "Rule":
     """The rule for `batch` rows weighing `costs`: the batch rule (`mtdecode.policy.batch.BatchRule`) for a batch
-    given `BatchCosts`, else the row rule (`RowRule`: each row weighs its own steps alone).
-
-    **Arguments:**
+    given `BatchCosts`, else the row rule (`RowRule`: each row weighs its own steps alone); the other arguments are
+    the rule's (`Rule`):
 
     - `costs`: the measured costs: `BatchCosts` to weigh the batch's goodput, or one row's `DraftCosts` to weigh
       each row alone. At batch 1 the two are one rule.
@@ -93,41 +85,41 @@ def rule_for(
     """
     from mtdecode.policy.batch import BatchRule
 
-    if isinstance(costs, BatchCosts) and batch > 1:
-        return BatchRule(costs, batch, device, remaining, acceptance, wait_first)
-    return RowRule(costs.at(batch) if isinstance(costs, BatchCosts) else costs, batch, device, remaining, acceptance)
+    together = isinstance(costs, BatchCosts) and batch > 1
+    return (BatchRule if together else RowRule)(costs, batch, *args, **kwargs)
 
 
 class Rule:
-    """What the row rule and the batch rule share: `start` a step, ask `more` after each guess, then `record` (or
-    `plan` a step whose chances are known in advance, then `record`)."""
+    """The row rule and the batch rule's shared part: `start` a step, ask `more` after each guess, then `record` (or
+    `plan` a step whose chances are known in advance, then `record`). Arguments as listed under `rule_for`."""
 
-    #: whether the rows share their records (the batch rule)
-    pools_rows: ClassVar[bool] = False
+    pools_rows: ClassVar[bool] = False  # whether the rows share their records (the batch rule)
+    calibration_of: ClassVar[type[Calibration]] = Calibration  # the record of verified guesses: each row's own
 
     def __init__(
         self,
-        costs: DraftCosts,
+        costs: DraftCosts | BatchCosts,
         batch: int,
         device: torch.device,
-        remaining: Callable[[], Int[Tensor, " batch"]] | None,
-        calibration: Calibration,
+        remaining: Callable[[], Int[Tensor, " batch"]] | None = None,
+        acceptance: float = 0.5,
+        wait_first: bool = False,
     ) -> None:
-        self.costs, self.batch, self.device = costs, batch, device
-        #: each row's tokens left in its budget, now (the batch rule weighs how soon the last row ends)
-        self.remaining = remaining
-        self.calibration = calibration
+        self.prepare(costs, wait_first)
+        self.costs = costs.at(batch) if isinstance(costs, BatchCosts) else costs
+        self.batch, self.device, self.remaining = batch, device, remaining  # remaining(): each row's tokens left
+        self.calibration = self.calibration_of(batch, device, acceptance)
         self.planned: tuple[Tensor, list[Tensor], Tensor] | None = None  # `plan`'s last chances and E
         self.rested = torch.zeros(batch, dtype=torch.long, device=device)  # steps since the row last drafted
         self.patience = torch.full((batch,), PATIENCE, dtype=torch.long, device=device)
-        self.gained = torch.ones(batch, dtype=torch.float64, device=device)  # the rate so far, greedy's as prior
-        self.spent = torch.ones(batch, dtype=torch.float64, device=device)
+        self.gained, self.spent = torch.ones(2, batch, dtype=torch.float64, device=device)  # the rate, greedy's prior
         self.declined = torch.zeros((), dtype=torch.long, device=device)  # row steps no guess paid for
         self.playing = torch.ones(batch, dtype=torch.bool, device=device)  # the rows that take part in this step
         self.table = torch.empty(0, dtype=torch.float64, device="cpu")  # T(0), T(1), ... (`step_costs`)
         self.start()
 
-    # ------------------------------------------------------------------ a chain: start, more
+    def prepare(self, costs: DraftCosts | BatchCosts, wait_first: bool) -> None:
+        """What a rule sets up before its first step besides the rows' state (the batch rule's own record)."""
 
     def start(
         self,
@@ -173,15 +165,18 @@ class Rule:
         self.expected = self.expected + self.grown()  # E(i)
         if rows is not None:
             self.going = self.going & rows
-        return self.pays()
+        pays = self.pays()
+        self.going = self.still_going(pays)
+        return pays
+
+    def still_going(self, pays: Bool[Tensor, " batch"]) -> Bool[Tensor, " batch"]:  # the rows drafting on
+        return self.going
 
     def grown(self) -> Float[Tensor, " batch"]:  # what guess i adds to each row's E(i - 1)
         return self.survive
 
     def upcoming_chance(self) -> Float[Tensor, " batch"]:  # a: the next guess's chance, its confidence not weighed
         return self.calibration.own_acceptance() if self.upcoming is None else self.upcoming.to(self.survive)
-
-    # ------------------------------------------------------------------ guesses whose chances are known: plan
 
     def plan(
         self,
@@ -215,8 +210,6 @@ class Rule:
         self.confidences = []
         return self.choose(expected, available)
 
-    # ------------------------------------------------------------------ after verifying: record
-
     def record(
         self,
         drafted: Int[Tensor, " batch"],
@@ -225,6 +218,7 @@ class Rule:
     ) -> None:
         """After verification: guesses 1..accepted held, guess accepted + 1 (if drafted) did not. `extra_cost`: what
         the step cost besides T(drafted) (a tree's drafting), for the row's rate."""
+        self.recorded(drafted, accepted)
         drew = drafted > 0
         if not bool(drew.any()):  # a step at rest: a plain token per row, no try, nothing to calibrate
             self.rested += 1
@@ -243,14 +237,13 @@ class Rule:
         confidence = torch.stack(self.confidences, dim=1)  # (batch, guesses)
         self.calibrate(confidence, *chain_outcome(drafted, accepted, confidence.shape[1]))
 
-    def calibrate(
-        self,
-        confidence: Float[Tensor, "batch guesses"],
-        tried: Bool[Tensor, "batch guesses"],
-        hit: Bool[Tensor, "batch guesses"],
-    ) -> None:
-        """Add verified guesses to the calibration (`record` does for a chain; a tree's plan calls it itself)."""
-        self.calibration.calibrate(confidence, tried, hit)
+    def recorded(self, drafted: Int[Tensor, " batch"], accepted: Int[Tensor, " batch"]) -> None:
+        """What a rule notes of a step before the rows' record (the batch rule: its rests and patience)."""
+
+    def calibrate(self, *outcome: Tensor) -> None:
+        """Add verified guesses to the calibration (`Calibration.calibrate`'s confidence, tried, hit; `record` does
+        for a chain; a tree's plan calls it itself)."""
+        self.calibration.calibrate(*outcome)
         self.planned = None
 
     def calibrated(
@@ -258,8 +251,6 @@ class Rule:
     ) -> Float[Tensor, "batch ..."]:
         """P(accepted | confidence), by the rows' record (`Calibration.calibrated`)."""
         return self.calibration.calibrated(confidence, place)
-
-    # ------------------------------------------------------------------ resting (the batch rule's)
 
     def idle(self, *how: object, **much: object) -> bool:
         """Whether the batch should rest this step: never for rows weighed alone."""
@@ -275,8 +266,6 @@ class Rule:
         self.playing, self.probing, self.confidences = possible.clone(), torch.zeros_like(possible), []
         self.declined += possible.sum().to(self.declined)
         self.record(none, none)
-
-    # ------------------------------------------------------------------ costs
 
     def rate(self) -> Float[Tensor, " batch"]:
         """Each row's tokens per unit of cost so far, never below 1 (plain steps alone make 1): the row rule's r,
@@ -295,23 +284,13 @@ class Rule:
 
     def left_for_try(self, patience: int | Int[Tensor, " batch"]) -> Bool[Tensor, " batch"]:
         """The rows with more than twice `patience` tokens left: a try near a row's end teaches nothing usable."""
-        if self.remaining is None:
+        if self.remaining is None:  # the budgets unknown: every row
             return torch.ones_like(self.rested, dtype=torch.bool)
         return self.remaining().to(self.rested.device) > 2 * patience
 
 
 class RowRule(Rule):
     """The rule for each row alone (the module's docstring): one row's costs, each row's own record."""
-
-    def __init__(
-        self,
-        costs: DraftCosts,
-        batch: int,
-        device: torch.device,
-        remaining: Callable[[], Int[Tensor, " batch"]] | None = None,
-        acceptance: float = 0.5,
-    ) -> None:
-        super().__init__(costs, batch, device, remaining, Calibration(batch, device, acceptance))
 
     def first(self, unread: list[int], left: list[int] | list[float]) -> Bool[Tensor, " batch"]:
         """`start`'s choice for each row alone: its first guess pays for its own catch-up; a rested row tries one."""
@@ -361,17 +340,10 @@ class RowRule(Rule):
         added = self.costs.step(1) - self.costs.step(0) + self.reading
         return due & (self.calibration.optimistic() * self.costs.step(0) > added)
 
-    def worth(
-        self,
-        gain: Float[Tensor, " batch"],
-        cost: float,
-        rows: Bool[Tensor, " batch"],
-        expected: Float[Tensor, " batch"] | None = None,
-        spent: float = 1.0,
-    ) -> Bool[Tensor, " batch"]:
+    def worth(self, gain: Float[Tensor, " batch"], cost: float, rows: Bool[Tensor, " batch"], *step: object) -> Tensor:
         """Whether work of `cost` (units of a 1-token target forward of one row) that adds `gain[b]` expected
-        tokens to row b pays, for each of `rows`: row b's gain beats its rate so far times the cost (`Eagle` asks
-        this before growing its trees one more depth)."""
+        tokens to row b pays, for each of `rows`: row b's gain beats its rate so far times the cost (a tree's plan
+        asks this before growing one more depth; the step so far, which the batch rule weighs, does not count)."""
         return rows & (gain > self.rate() * cost)
 
 

@@ -13,7 +13,7 @@ random state, and continues from the last checkpoint.
 **Data.** The target itself answers prompts of four kinds (`KINDS`): chat
 (`prompts.training_prompts()`, task templates crossed with topics), code edits, maths word
 problems, and summaries of its own chat answers (the EAGLE recipe's kinds,
-`mtdecode.recipes.eagle.task_prompts`, training split), sampled at temperature 0.8, in batches
+`mtdecode.recipes.eagle_data.task_prompts`, training split), sampled at temperature 0.8, in batches
 (much faster per token than one at a time). For every answer token the target's 32 most likely
 next tokens and their log-probabilities at temperature 1 are stored: the soft labels. A draft
 learns only the kinds of text it is shown: distilled on chat alone, its greedy guess was the
@@ -54,7 +54,7 @@ def make_data(work: Path, *, batch: int = 32, new_tokens: int = 160, temperature
     per batch in `work/data/<kind>/`."""
     from tqdm import tqdm
 
-    from mtdecode.recipes.eagle import task_prompts
+    from mtdecode.recipes.eagle_data import task_prompts
     from mtdecode.zoo import load_model, load_tokenizer
 
     model, tokenizer = None, load_tokenizer()
