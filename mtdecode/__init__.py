@@ -14,9 +14,8 @@ import os
 if os.environ.get("MTDECODE_TYPECHECK", "").lower() in ("1", "true", "yes"):
     # Opt-in runtime checking of every jaxtyping annotation in the package (slow). beartype and transformers' model
     # code are imported first: a module first imported while the hook runs an mtdecode module finds no bytecode
-    # under the hook's cache name and is compiled from source (on the 2-core AMD host this import took 23.6 s from a
-    # cold disk and 10.2 s warm without them, 8.5 and 5.5 s with them). tests/conftest.py does the same for
-    # jaxtyping's pytest plugin, whose hook is in place before any mtdecode module can run.
+    # under the hook's cache name and is compiled from source, which takes several times as long. tests/conftest.py
+    # does the same for jaxtyping's pytest plugin, whose hook is in place before any mtdecode module can run.
     import beartype  # noqa: F401
     import transformers.modeling_utils  # noqa: F401
     from jaxtyping import install_import_hook

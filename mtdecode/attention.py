@@ -13,9 +13,8 @@ transformers' own `sdpa` function unchanged. It is registered with transformers 
 runs it when loaded with `attn_implementation=GROUPED_SDPA`, as `mtdecode.load_model` loads its models; any other
 model keeps the attention it was loaded with.
 
-`python benchmarks/grouped_attention.py` on the 2-core AMD EPYC host, two runs: a forward over 6 new tokens per
-row after 128 cached ones took 0.93 to 0.94 of `sdpa`'s time for one row, 0.87 to 0.91 for 4 rows (41.6 ms
-against 47.7 in the first run) and 0.88 to 0.91 for 8; a 1-token step 1.00 to 1.03. `tests/test_adapter.py`
+`python benchmarks/grouped_attention.py` times it against `sdpa` (`docs/benchmark.md`): a forward over several
+new tokens per row takes less time, a 1-token step about as much. `tests/test_adapter.py`
 checks its logits against `sdpa`'s; `tests/test_batch.py` decodes its Llama batches with it, and the SmolLM2
 tests run it, each against greedy decoding.
 """

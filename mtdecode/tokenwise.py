@@ -5,7 +5,7 @@ a row shorter than the widest (the prompts' forward), and every token of a row t
 in the batch (`mtdecode.session`) while the others decode on. The rows of a batch finish at different steps whenever
 a strategy guesses, so the last steps of a run feed the finished rows' slots beside the rows still decoding.
 
-Each layer's MLP and the output layer act on every token alone, and on the 2-core hosts their products over more than a
+Each layer's MLP and the output layer act on every token alone, and on a small CPU their products over more than a
 few tokens are bound by arithmetic, so they cost in proportion to the tokens fed. Here they skip the unread cells:
 the tokens that matter are gathered into one block, the layer runs on that block, and the unread cells get zeros.
 Attention still runs over the whole rectangle (each row reads its own cache), and a skipped cell's zeros only ever

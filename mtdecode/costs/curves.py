@@ -13,8 +13,7 @@ from mtdecode.model import CausalLM
 #: what a batch's step spends besides its forwards (verification, cache roll-back, the rule, Python), as a fraction
 #: of the step: `benchmarks/step_overhead.py` measured 2 to 5% of a 1-token forward per step; a batch's guesses must
 #: be predicted to end it sooner by more than this and the costs' scatter (`batch_margin`); one row's step with
-#: guesses costs this much more than a plain step (`step_overhead`: 0.7 to 1.2 ms more per forward call than greedy's,
-#: against a 26 ms forward, in the last run)
+#: guesses costs this much more than a plain step (`step_overhead`)
 BOOKKEEPING = 0.05
 
 
@@ -29,10 +28,9 @@ def kept_beside_forward(
 
     Measured once per `key`, target architecture, number of rows and host, and kept on disk (`mtdecode.store`) with
     t(`rows`, 1) of the target timed right after them, as the kept curve times it (`forward_costs`: the fastest of 5,
-    after `CONTEXT` entries); each part is returned as its share of that forward times the kept t(rows, 1). The host's
-    speed moves from hour to hour (the 2-core Intel host ran t(8, 1) 1.45x slower one evening than when its curve
-    was kept that morning, and near its curve's speed twenty minutes later): seconds timed in one hour over a forward
-    timed in another would price the work by the two hours' speeds, not by what it costs beside a forward.
+    after `CONTEXT` entries); each part is returned as its share of that forward times the kept t(rows, 1). A shared
+    host's speed moves from hour to hour: seconds timed in one hour over a forward timed in another would price the
+    work by the two hours' speeds, not by what it costs beside a forward.
     """
 
     def timed() -> dict[str, float]:

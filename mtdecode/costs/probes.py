@@ -90,25 +90,25 @@ def measure_eagle_steps(
     lookup: bool,
 ) -> EagleStepCosts:
     """What a drafting step of `Eagle` costs beside its target forward for a batch of `rows` rows, beyond a plain
-    step, measured in the steps of a run rather than piece by piece: at 8 rows on the 2-core Intel host the head's
-    read per entry and a depth timed alone (`measure_read_cost`, `measure_depth_cost`) came to 0.8 and 0.6 of what
-    they cost between the target's forwards, and the step's own bookkeeping (the tree's masks, its verification, the
-    copy and the rule) was not timed at all. `Eagle`'s batch rule weighs these (`DraftCosts.overhead` and `draft`).
+    step, measured in the steps of a run rather than piece by piece: timed alone (`measure_read_cost`,
+    `measure_depth_cost`), the head's work costs less than it does between the target's forwards, and the step's own
+    bookkeeping (the tree's masks, its verification, the copy and the rule) is not timed at all
+    (`docs/strategies/eagle.md`). `Eagle`'s batch rule weighs these (`DraftCosts.overhead` and `draft`).
 
     Four kinds of short run of `STEP_TOKENS` new tokens per row from random prompts of `STEP_PROMPT` tokens (a plain
-    one, and trees of one depth and one node, two depths and one node, two depths and 2 W nodes: `tree(depth, nodes)`,
-    the strategy with such a fixed tree, which `Eagle` makes of itself; `lookup`: whether it searches for a copy, as
-    `Eagle`'s default does), each made `STEP_RUNS` times: each step's seconds beside the target's forward (timed by
-    hooks on the model), the median over the runs' steps after the head's catch-up, and for the catch-up the median
-    of the runs' first drafting steps (a single run gives one sample of it: at 8 rows on the 2-core Intel host, one
-    run's came to 0.056 t(1, 1) per entry and two more to 0.119 and 0.090). A node's share is the 2 W-node step's over
-    the 1-node one's, per extra node; a depth, two depths' step over one's; the step's overhead, the one-depth one-node
-    step's over the plain one's, less a node; the catch-up per entry, the head's first drafting step (it reads the
-    prompts) over its later ones, divided by the prompts' entries less one (a later step reads one or two).
+    one, and trees of one depth and one node, two depths and one node, two depths and 2 W nodes: `tree(depth,
+    nodes)`, the strategy with such a fixed tree, which `Eagle` makes of itself; `lookup`: whether it searches for a
+    copy, as `Eagle`'s default does), each made `STEP_RUNS` times: each step's seconds beside the target's forward
+    (timed by hooks on the model), the median over the runs' steps after the head's catch-up, and for the catch-up
+    the median of the runs' first drafting steps (a single run gives one sample of it, and samples scatter widely).
+    A node's share is the 2 W-node step's over the 1-node one's, per extra node; a depth, two depths' step over
+    one's; the step's overhead, the one-depth one-node step's over the plain one's, less a node; the catch-up per
+    entry, the head's first drafting step (it reads the prompts) over its later ones, divided by the prompts'
+    entries less one (a later step reads one or two).
 
     The parts are weighed as shares of t(rows, 1) timed right after the runs (`kept_beside_forward`). The runs' own
-    forwards, after 64 to 76 entries, are no such measure: at 32 rows a 1-token forward after 70 entries took 0.69 of
-    one after 256, 101 against 146 ms timed alternately. Measured once per head architecture, target architecture,
+    forwards, after 64 to 76 entries, are no such measure (a forward after a shorter context is cheaper). Measured
+    once per head architecture, target architecture,
     width, number of rows, copy, number of runs and host, and kept on disk (`mtdecode.store`)."""
 
     def kept() -> dict[str, float]:

@@ -22,8 +22,8 @@ from mtdecode.model import CausalLM, Runner
 SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
-#: cached tokens before the timed forwards: about a benchmark prompt and its answer (a forward over n tokens
-#: grew 3 to 5% more with n after 256 tokens than after 64 on the 2-core AMD EPYC host)
+#: cached tokens before the timed forwards: about a benchmark prompt and its answer (a forward's cost grows with n
+#: a little faster after a longer context)
 CONTEXT = 256
 
 
@@ -37,9 +37,8 @@ MOST_TOKENS = 1024
 
 
 #: a measurement of the forward costs whose mean scatter over the sizes exceeds `QUIET` is taken again, up to
-#: `QUIET_TRIES` times in all, and the quietest kept (`quietest`): on the 2-core AMD EPYC host, t(2, 1) measured in a
-#: busy minute scattered by 21%, which set margins of 0.36 at 2 rows and 0.28 at 4 and kept every 4-row batch from
-#: guessing (0.12 at both, measured this way)
+#: `QUIET_TRIES` times in all, and the quietest kept (`quietest`): a measurement taken in a busy minute scatters, sets
+#: wide margins and keeps a batch from guessing for good
 QUIET, QUIET_TRIES = 0.05, 3
 
 
@@ -58,15 +57,12 @@ def summarise(times: dict[int, list[float]], *, ratios: bool = False) -> Timed:
     """The `Timed` of every repeat's seconds per number of new tokens (the sizes interleaved in each repeat, as
     `_measure` times them).
 
-    Each cost is the fastest repeat: on a shared machine noise only ever adds time (medians of 3 put a 2-token forward
-    anywhere from 1.10x to 1.43x of one token in runs an hour apart). With `ratios` (a batch's), only the 1-token
-    cost is; the others are it times the median over the repeats of each repeat's own t(n) / t(1), and
+    Each cost is the fastest repeat: on a shared machine noise only ever adds time. With `ratios` (a batch's), only the
+    1-token cost is; the others are it times the median over the repeats of each repeat's own t(n) / t(1), and
     `uncertainty` is that median's standard error (1.2533 times the ratios' standard deviation over the square root
     of their number), relative to the median. The rules weigh t(B, n) against t(B, 1), and a repeat times both
-    within a few seconds, while the fastest of each may come from moments far apart: on the 2-core AMD EPYC host, 12
-    measurements of five repeats in a row put t(4, 2) / t(4, 1) at a standard deviation of 0.104 as the fastest of
-    each, 0.070 as the median of the repeats' ratios (`docs/benchmark.md`).
-    """
+    within a few seconds, while the fastest of each may come from moments far apart: the median of the repeats'
+    ratios scatters less than the ratio of the fastest of each (`docs/benchmark.md`)."""
     fastest = {n: min(t) for n, t in times.items()}
     scatter = {n: statistics.median(t) / fastest[n] - 1 for n, t in times.items()}
     if not ratios:

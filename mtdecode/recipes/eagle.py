@@ -31,8 +31,8 @@ The recipe, resumable at every stage:
     python -m mtdecode.recipes.eagle evaluate --work WORK   # held-out acceptance by depth and task
     python -m mtdecode.recipes.eagle all      --work WORK --steps 10500
 
-The shipped head (measured on a 2-core AMD EPYC host; the wall-clock times include other work that shared
-the machine), made in stages, each resuming from the last checkpoint:
+The shipped head was made in stages, each resuming from the last checkpoint (times on a 2-core CPU, as
+`docs/strategies/eagle.md` gives them):
 
 - the target answered 896 prompts (384 chat, 128 code, 192 math, 192 summaries; 161,623 tokens, 93,316 of
   them answers) in about 27 min; 6,000 steps on them took about 42 min (3.4 steps/s when alone);

@@ -239,9 +239,8 @@ def quantize_head(head: EagleHead) -> EagleHead:
     quantized on their own, exact integer products), in place; returns `head`.
 
     Its guesses may differ a little from float32's, which changes how many are accepted, never what a strategy
-    outputs: the target decides every token. `benchmarks/eagle_costs.py` measures both forms side by side. On
-    the 2-core AMD EPYC host a depth of the tree cost 0.041 of a target forward in int8 against 0.052 in float32,
-    and the tree accepted slightly less (code 2.66 tokens per forward against 2.75), so `Eagle()` keeps float32.
+    outputs: the target decides every token. `benchmarks/eagle_costs.py` measures both forms side by side
+    (`docs/strategies/eagle.md`): int8 is cheaper per depth and accepts slightly less, so `Eagle()` keeps float32.
 
     **Raises:** `ValueError` unless the head is on CPU in float32; `RuntimeError` on a CPU whose int8 products
     are not exact (`mtdecode.zoo.int8.exact_int_mm`).

@@ -20,9 +20,8 @@ reproduces the int8 model's own greedy tokens less often than a float32 model's 
 such flips are too rare to see; `tests/test_int8.py`). It is also a different model from
 float32; `benchmarks/int8_quality.py` measures how different.
 
-`torch._int_mm` (int8 x int8 -> int32) is fast on x86 CPUs for few rows: measured on a
-2-core AMD EPYC for a 576 -> 1536 layer, about 0.02 ms for 1 to 8 rows against 0.05 ms
-(1 row) to 0.16 ms (8 rows) in float32 (`benchmarks/forward_cost.py --paths int8`).
+`torch._int_mm` (int8 x int8 -> int32) is fast on x86 CPUs for few rows, faster than float32's product and
+nearly flat in the rows (`benchmarks/forward_cost.py --paths int8` measures it).
 
 **It is exact only on CPUs with VNNI** (AVX-VNNI or AVX512-VNNI dot-product instructions).
 Without them, torch's oneDNN kernels add pairs of byte products in 16-bit integers, which

@@ -7,11 +7,9 @@ product as `(weight @ x.T).T` takes a faster MKL path: measured with
 `python benchmarks/forward_cost.py`, SmolLM2's forward over 2 to 5 new tokens then costs
 about what a 1-token forward costs.
 
-One row is the worst case of all: `F.linear` then runs a matrix-vector product, which on
-the 2-core AMD EPYC host streamed the weights at about a third of the rate the 2-column
-product reaches (the 49,152 x 576 LM head: 7.3 ms for one row, 2.6 ms for two). Feeding the
-row twice and keeping one column made SmolLM2's 1-token forward 42 ms -> 28 ms there; it
-speeds up greedy decoding and every draft model alike. Likewise 2 and 3 rows run fastest
+One row is the worst case of all: `F.linear` then runs a matrix-vector product, which streams
+the weights at a fraction of the rate the 2-column product reaches. Feeding the row twice and
+keeping one column speeds up greedy decoding and every draft model alike. Likewise 2 and 3 rows run fastest
 padded to 4 columns (`PADDED_WIDTH`). Padding repeats a real row, and every column of a
 product is computed on its own, so the padding changes no row's value beyond rounding.
 
@@ -20,15 +18,12 @@ The result is the same product summed in a different order, so it can differ fro
 strategy computes, only rounding. `load_model` applies it to CPU models it builds;
 `skinny_linears(model)` applies it to any model.
 
-**oneDNN, for float32.** MKL's products for 8 or more rows run at 61 to 81 GFLOP/s on the
-2-core AMD EPYC host, far below what its AVX-512 units do, so a forward over 8 tokens cost
-twice a 1-token forward even with the transposed product. oneDNN (shipped inside torch as
-`torch.ops.mkldnn`) with the weight copied once into its blocked layout reads the weights
-at the memory's rate and keeps the arithmetic cheap: all linear layers of SmolLM2's shapes
-over 1, 8 and 16 rows took 15.0, 16.1 and 18.6 ms, against 15.6, 27.7 and 41.9 ms
-(`python benchmarks/linear_kernels.py`), and the model's forward over 16 tokens now costs
-1.35x a 1-token forward instead of 2.81x
-(`python benchmarks/forward_cost.py`). It computes the same IEEE float32 products in
+**oneDNN, for float32.** MKL's products for 8 or more rows run far below what a CPU's vector
+units do, so a forward over 8 tokens costs about twice a 1-token forward even with the
+transposed product. oneDNN (shipped inside torch as `torch.ops.mkldnn`) with the weight copied
+once into its blocked layout reads the weights at the memory's rate and keeps the arithmetic
+cheap (`python benchmarks/linear_kernels.py` and `python benchmarks/forward_cost.py` measure
+both; `docs/benchmark.md` has the figures). It computes the same IEEE float32 products in
 another order (`torch.backends.mkldnn` left at its default precision, which is checked),
 so again only rounding changes. `SkinnyLinear` takes this path for float32 on CPU when
 gradients are off; float64 (which oneDNN does not multiply) and training keep the
@@ -45,8 +40,7 @@ from mtdecode.tensor_types import Float, Tensor
 
 #: row counts up to this use the transposed product (measured crossover: about 8 to 12 rows)
 MAX_SKINNY_ROWS = 8
-#: rows -> columns actually computed (measured in SmolLM2's forward on the 2-core AMD EPYC host: 1 row as a
-#: matrix-vector product 42 ms, as 2 columns 28 ms; 2 and 3 rows as themselves 35 and 39 ms, as 4 columns 30 and 32)
+#: rows -> columns actually computed (the fastest widths measured in SmolLM2's forward, `benchmarks/forward_cost.py`)
 PADDED_WIDTH = {1: 2, 2: 4, 3: 4}
 
 
