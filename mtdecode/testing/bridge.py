@@ -107,12 +107,8 @@ class RemoteDecoder:
         return self.batch(model, [prompt], seeds=[seed], **settings)[0]
 
     def batch(self, model, prompts, *, max_new_tokens, temperature, top_k, top_p, seeds) -> list:
-        """Decode `prompts` in the worker; add its forwards to the active coverage record, if any.
-
-        **Returns:** one list of new tokens per prompt.
-
-        **Raises:** `DecoderError` if the decoder raised there; `BridgeError` if the worker failed.
-        """
+        """Decode `prompts` in the worker (one list of new tokens per prompt); add its forwards to the active coverage
+        record, if any. **Raises:** `DecoderError` if the decoder raised there; `BridgeError` if the worker failed."""
         hf = getattr(model, "hf", model)
         settings = dict(
             max_new_tokens=int(max_new_tokens),
@@ -153,12 +149,8 @@ class RemoteDecoder:
 
     def start(self) -> dict:
         """Start the worker now if it is not running (any call starts it anyway), so that a wrong interpreter or
-        target shows before a check begins.
-
-        **Returns:** the versions on the other side (`versions`).
-
-        **Raises:** `BridgeError` if the worker cannot start or cannot import the decoder.
-        """
+        target shows before a check begins; returns the versions on the other side (`versions`). **Raises:**
+        `BridgeError` if the worker cannot start or cannot import the decoder."""
         with self._lock:
             self._ensure_started()
         return self.versions
@@ -183,13 +175,7 @@ class RemoteDecoder:
 
     def _start(self) -> None:
         """Start the worker and read its greeting (the versions on that side)."""
-        executable = resolve(self.python)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
-        env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        env.setdefault("TRANSFORMERS_OFFLINE", "1")
-        # as many threads as this process uses: a worker with every core competes with the oracle's own work
-        env.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+        executable, env = resolve(self.python), worker_environment()
         if self._stderr is not None:
             self._stderr.close()
         self._stderr = tempfile.TemporaryFile()
@@ -271,51 +257,63 @@ class RemoteDecoder:
         if key is None:
             key = f"m{self._next_key}"
             self._next_key += 1
-            self._move(hf, key)
+            transfer(self, hf, key)
             self._models[hf] = key
             weakref.finalize(hf, self._dropped.append, key)  # freed in the worker on the next request
         return key
-
-    def _move(self, hf, key: str) -> None:
-        """Save `hf`, have the worker load it, and check that both sides hold the same model."""
-        folder = tempfile.mkdtemp(prefix="mtdecode-bridge-")
-        try:
-            save_portable(hf, folder)
-            probe = probe_tokens(hf.config.vocab_size)
-            request = {
-                "op": "load",
-                "key": key,
-                "folder": folder,
-                "dtype": str(hf.dtype).removeprefix("torch."),
-                "device": str(hf.device),
-                "probe": probe,
-            }
-            self._drop_forgotten()
-            reply = self._ask(request)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-        if not reply.get("ok"):
-            raise BridgeError(
-                f"the worker in {self.python} (transformers {self.versions.get('transformers', '?')}) could not load "
-                f"the oracle's {hf.config.model_type} model: {reply.get('error')}",
-                reply.get("traceback", ""),
-            )
-        difference = compare_fingerprints(fingerprint(hf, probe, None), reply["fingerprint"], hf.dtype, self)
-        self.transfers.append({"key": key, "max_logit_difference": difference, **_worker_notes(reply)})
-        if difference > 0:
-            warnings.warn(
-                f"the model in {self.python} (transformers {self.versions.get('transformers', '?')}) has the oracle's "
-                f"weights but its probe logits differ from the oracle's by up to {difference:.2g}: near-ties may break "
-                "the other way there",
-                BridgeWarning,
-                stacklevel=2,
-            )
 
     def _drop_forgotten(self) -> None:
         """Tell the worker to free the models the oracle no longer holds."""
         while self._dropped and self._process is not None:
             self._send({"op": "drop", "key": self._dropped.pop()})
             self._read()
+
+
+def transfer(decoder: RemoteDecoder, hf, key: str) -> None:
+    """Save `hf`, have `decoder`'s worker load it as `key`, and check that both sides hold the same model."""
+    folder = tempfile.mkdtemp(prefix="mtdecode-bridge-")
+    try:
+        save_portable(hf, folder)
+        probe = probe_tokens(hf.config.vocab_size)
+        request = {
+            "op": "load",
+            "key": key,
+            "folder": folder,
+            "dtype": str(hf.dtype).removeprefix("torch."),
+            "device": str(hf.device),
+            "probe": probe,
+        }
+        decoder._drop_forgotten()
+        reply = decoder._ask(request)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if not reply.get("ok"):
+        raise BridgeError(
+            f"the worker in {decoder.python} (transformers {decoder.versions.get('transformers', '?')}) could not load "
+            f"the oracle's {hf.config.model_type} model: {reply.get('error')}",
+            reply.get("traceback", ""),
+        )
+    difference = compare_fingerprints(fingerprint(hf, probe, None), reply["fingerprint"], hf.dtype, decoder)
+    decoder.transfers.append({"key": key, "max_logit_difference": difference, **_worker_notes(reply)})
+    if difference > 0:
+        warnings.warn(
+            f"the model in {decoder.python} (transformers {decoder.versions.get('transformers', '?')}) has the "
+            f"oracle's weights but its probe logits differ from the oracle's by up to {difference:.2g}: near-ties may "
+            "break the other way there",
+            BridgeWarning,
+            stacklevel=2,
+        )
+
+
+def worker_environment() -> dict[str, str]:
+    """The worker's environment: this one's, unbuffered, offline, and with as many threads as this process uses (a
+    worker with every core competes with the oracle's own work)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
+    env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    return env
 
 
 def _close_at_exit(reference: weakref.ref) -> None:
