@@ -3,12 +3,12 @@
 
 Every strategy with a rule runs on a tiny Llama pair (a target and a perturbed copy as its draft) with costs fixed
 by hand: a curve close to the reference host's forward costs of SmolLM2-135M-Instruct for one row (t(n) / t(1) as
-shipped in `mtdecode/zoo/costs`, but for t(8), 1.2208 here against 1.2442 shipped), a draft forward at 0.175 of a target forward, and for four rows that curve's rise doubled
-(where the batch mostly rests and tries) or times 1.3 (where it mostly drafts). For each strategy and setting (one
-prompt sampled; three ragged prompts weighed as a batch, greedy and sampled, and row by row) the
-record holds, row by row and step by step, how many guesses the step verified, how many it kept and how many
-tokens it committed. Refactoring the policy must leave every number as it is: a different record means the
-rule chooses differently, which this test shows as the first step that differs.
+shipped in `mtdecode/zoo/costs`, but for t(8), 1.2208 here against 1.2442 shipped), a draft forward at 0.175 of a
+target forward, and for four rows that curve's rise doubled (where the batch mostly rests and tries) or times 1.3
+(where it mostly drafts). For each strategy and setting (one prompt sampled; three ragged prompts weighed as a
+batch, greedy and sampled, and row by row) the record holds, row by row and step by step, how many guesses the step
+verified, how many it kept and how many tokens it committed. Refactoring the policy must leave every number as it
+is: a different record means the rule chooses differently, which this test shows as the first step that differs.
 
 `python tests/test_policy_choices.py --write` writes the record from the code at hand.
 """
