@@ -162,9 +162,9 @@ def smollm2_runs() -> dict:
                 for name, strategy in contenders.items()}  # fmt: skip
 
     return {
-        "lookahead": mtdecode.figures.record_lookahead(smol, planets, Lookahead(4, 4, 3), max_new_tokens=10, seed=0,
-                                                       text=text),  # fmt: skip
-        "trees": mtdecode.figures.record_eagle_trees(smol, code, Eagle(), max_new_tokens=16, text=text),
+        "lookahead": mtdecode.figures.record_steps(smol, planets, Lookahead(4, 4, 3), max_new_tokens=10, seed=0,
+                                                   text=text),  # fmt: skip
+        "trees": mtdecode.figures.record_steps(smol, code, Eagle(), max_new_tokens=16, text=text),
         "timeline chat": timed(focus, 12),
         "timeline code": timed(code, 16),
     }

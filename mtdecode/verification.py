@@ -115,6 +115,15 @@ def verify_logits(
     return verify_candidates(sampler.probs(first), sampler.probs(after), candidates, random, rows)
 
 
+def verify_nothing(
+    sampler: Sampler, first: Float[Tensor, "batch vocab"], random: RowRandom, rows: Bool[Tensor, " batch"] | None = None
+) -> Verdict:
+    """`verify_logits` with no candidate: p's own token after x0 (its argmax when greedy), drawn as a step with
+    candidates draws it, so that a strategy's steps without any use the random streams alike."""
+    none = torch.empty(first.shape[0], 0, 0, dtype=torch.long, device=first.device)  # (batch, candidate, length)
+    return verify_logits(sampler, first, first.new_empty(*none.shape, first.shape[-1]), none, random, rows)
+
+
 def verify_fed(
     sampler: Sampler,
     logits: Float[Tensor, "batch fed vocab"],

@@ -107,7 +107,7 @@ def test_the_window_figure_shows_the_ngrams_lookahead_gives_its_pool(monkeypatch
     strategy = Lookahead(4, 3, 3)
     with monkeypatch.context() as patch:
         patch.setattr(NgramPool, "add_columns", recording)
-        steps = figures.record_lookahead(model, PROMPT, strategy, max_new_tokens=16, seed=0)
+        steps = figures.record_steps(model, PROMPT, strategy, max_new_tokens=16, seed=0)
     harvested = [step for step in steps[:-1] if step.full]  # the run ends before the last step's harvest
     assert len(harvested) == len(given) >= 4
     for step, ngrams in list(zip(harvested, given, strict=True))[:3]:  # three figures are enough
@@ -136,7 +136,7 @@ def test_the_window_figure_shows_the_ngrams_lookahead_gives_its_pool(monkeypatch
 def test_the_tree_figure_shows_each_verified_tree_and_its_accepted_path():
     model, head = guessing_pair()
     strategy = Eagle(head, depth=4, width=2, tree_size=6)
-    trees = figures.record_eagle_trees(model, PROMPT, strategy, max_new_tokens=16)
+    trees = figures.record_steps(model, PROMPT, strategy, max_new_tokens=16)
     result = mtdecode.generate(model, PROMPT, strategy, max_new_tokens=16)
     assert len(trees) == len(result.steps) - 1  # the first step is a plain forward over the prompt
     assert max(len(tree.accepted) for tree in trees) >= 2  # paths deeper than one node were accepted

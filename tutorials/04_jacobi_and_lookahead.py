@@ -99,7 +99,7 @@ for key in list(pool.table)[:8]:
     print(f"{text([key])[0]!r:>14} ->", [text(list(rest)) for rest in pool.candidates(key, length=2)])
 
 # %% [markdown]
-# The same diagonals in a real run. `mtdecode.figures.record_lookahead` runs `Lookahead(4, 4, 3)` (W = 4,
+# The same diagonals in a real run. `mtdecode.figures.record_steps` runs `Lookahead(4, 4, 3)` (W = 4,
 # N = 4, G = 3) on our prompt and records each step's window. The figure draws window cell (r, j) at the
 # position the step gives it, s + r + j, where s is the position of x0, the newest committed token (grey).
 # Each column of the window, read down its N - 1 rows, is a diagonal in positions, and it ends in the target's
@@ -108,7 +108,7 @@ for key in list(pool.table)[:8]:
 # %%
 import mtdecode.figures
 
-recorded = mtdecode.figures.record_lookahead(
+recorded = mtdecode.figures.record_steps(
     smol, prompt, Lookahead(4, 4, 3), max_new_tokens=10, seed=0, text=mtdecode.figures.token_text(tokenizer)
 )
 example = max(recorded, key=lambda step: (step.full, step.accepted))  # a full window; the most tokens accepted

@@ -130,14 +130,14 @@ for name, prompt in another.items():
 # On the code edit the copy's branch has many tokens accepted at once, more than the head's tree is deep; on
 # chat the copy seldom holds, and the tree is the head's.
 #
-# Here are two trees that `Eagle()` verified on the code edit, recorded by `figures.record_eagle_trees`: the
+# Here are two trees that `Eagle()` verified on the code edit, recorded by `figures.record_steps`: the
 # first step's, and the step that accepted the most. x0 is at the left, each node right of its parent; the
 # copy's nodes have dashed purple borders, the accepted path is green, and the target's own token after it is
 # orange.
 
 # %%
-trees = figures.record_eagle_trees(smol, another["code"], Eagle(), max_new_tokens=16,
-                                   eos_token_id=tokenizer.eos_token_id, text=figures.token_text(tokenizer))  # fmt: skip
+trees = figures.record_steps(smol, another["code"], Eagle(), max_new_tokens=16,
+                             eos_token_id=tokenizer.eos_token_id, text=figures.token_text(tokenizer))  # fmt: skip
 deepest = max(trees, key=lambda tree: len(tree.accepted))
 for tree in [trees[0]] + ([deepest] if deepest is not trees[0] else []):
     figures.token_tree(tree.root, tree.tokens, tree.parents, tree.accepted, copied=tree.copied,

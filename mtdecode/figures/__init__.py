@@ -9,12 +9,11 @@ returns a matplotlib `Figure`:
 - `timeline`: the forward passes of a few steps, one lane per model, in units of forward cost.
 
 A `record_...` function gets that data from a real run of a strategy, without changing what it
-does: `record_lookahead` and `record_eagle_trees` call the strategy's own step function
-(`lookahead_step`, `verify_tree`) through a thin wrapper that copies its inputs and outputs for
-the length of one `generate` call (as `tests/test_tutorials.py` records a trajectory);
-`record_forwards` counts every forward of the models with PyTorch forward pre-hooks and closes a
-step at each `on_step` call. Wrapping a module's function is not thread-safe: record one run at a
-time.
+does: `record_steps` calls a lookahead or EAGLE strategy's own step function (`lookahead_step`,
+`verify_tree`) through a thin wrapper that copies its inputs and outputs for the length of one
+`generate` call (as `tests/test_tutorials.py` records a trajectory); `record_forwards` counts
+every forward of the models with PyTorch forward pre-hooks and closes a step at each `on_step`
+call. Wrapping a module's function is not thread-safe: record one run at a time.
 
 ```python
 import mtdecode, mtdecode.figures
@@ -22,8 +21,8 @@ from mtdecode.strategies import Lookahead
 
 model, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
 prompt = tokenizer("The planets of the solar system, in order:")["input_ids"]
-steps = mtdecode.figures.record_lookahead(model, prompt, Lookahead(4, 4, 3), max_new_tokens=24,
-                                          text=mtdecode.figures.token_text(tokenizer))
+steps = mtdecode.figures.record_steps(model, prompt, Lookahead(4, 4, 3), max_new_tokens=24,
+                                      text=mtdecode.figures.token_text(tokenizer))
 step = max(steps, key=lambda s: s.accepted)
 mtdecode.figures.lookahead_window(step.window, step.predictions, step.candidates, step.chosen, step.accepted)
 ```
@@ -33,9 +32,10 @@ tests can count what was drawn.
 """
 
 from mtdecode.figures.draw import shown, token_text
+from mtdecode.figures.record import record_steps
 from mtdecode.figures.timeline import Forward, TimedStep, measured_costs, record_forwards, timeline
-from mtdecode.figures.tree import TreeStep, record_eagle_trees, token_tree
-from mtdecode.figures.window import LookaheadStep, lookahead_window, record_lookahead
+from mtdecode.figures.tree import TreeStep, token_tree
+from mtdecode.figures.window import LookaheadStep, lookahead_window
 
 __all__ = [
     "Forward",
@@ -44,9 +44,8 @@ __all__ = [
     "TreeStep",
     "lookahead_window",
     "measured_costs",
-    "record_eagle_trees",
     "record_forwards",
-    "record_lookahead",
+    "record_steps",
     "shown",
     "timeline",
     "token_text",

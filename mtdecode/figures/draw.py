@@ -1,9 +1,6 @@
-"""What every teaching figure shares: its colours and sizes, token labels, cells, arrows and links, and the
-wrappers that record a run without changing it."""
+"""What every teaching figure shares: its colours and sizes, token labels, cells, arrows and links."""
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
-from types import ModuleType
+from collections.abc import Callable, Sequence
 
 from matplotlib.axes import Axes
 from matplotlib.text import Text
@@ -96,14 +93,3 @@ def link(ax: Axes, parent: Text, child: Text, colour: str, gid: str) -> None:
                 arrowprops=dict(arrowstyle="-|>", color=colour, linewidth=1.8 if gid == "accepted-edge" else 1.1,
                                 patchA=parent.get_bbox_patch(), patchB=child.get_bbox_patch(),
                                 shrinkA=2, shrinkB=2))  # fmt: skip
-
-
-@contextlib.contextmanager
-def replaced(module: ModuleType, name: str, replacement: Callable) -> Iterator[None]:
-    """`module.name` is `replacement` while the block runs, and what it was afterwards."""
-    real = getattr(module, name)
-    setattr(module, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(module, name, real)

@@ -1,10 +1,9 @@
-"""EAGLE's token tree, drawn from a real run (`record_eagle_trees`, `token_tree`)."""
+"""EAGLE's token tree, drawn from a real run (`record_steps`, `token_tree`)."""
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from matplotlib.figure import Figure
-from transformers import PreTrainedModel
 
 from mtdecode.figures.draw import (
     ACCEPTED,
@@ -15,17 +14,12 @@ from mtdecode.figures.draw import (
     TARGET_TOKEN,
     label,
     link,
-    replaced,
 )
-from mtdecode.generate import generate
-from mtdecode.model import CausalLM
-from mtdecode.strategies import eagle
-from mtdecode.strategies.eagle import Eagle
 
 
 @dataclass(frozen=True)
 class TreeStep:
-    """The token tree one EAGLE step verified, as token texts (`record_eagle_trees`).
+    """The token tree one EAGLE step verified, as token texts (`record_steps`).
 
     - `root`: x0, the newest committed token (fed with the tree, not part of it).
     - `tokens`, `parents`: the verified nodes, parents first; `parents[i]` is node i's parent (-1: x0).
@@ -42,29 +36,8 @@ class TreeStep:
     target_token: str
 
 
-def record_eagle_trees(
-    model: CausalLM | PreTrainedModel,
-    prompt: Sequence[int],
-    strategy: Eagle,
-    *,
-    max_new_tokens: int,
-    text: Callable[[int], str] = str,
-    **options,
-) -> list[TreeStep]:
-    """Run `strategy` on one prompt and record the tree each step verified and the path it accepted.
-
-    **Arguments:**
-
-    - `model`, `prompt`, `max_new_tokens`, `options`: as for `mtdecode.generate` (one prompt).
-    - `strategy`: an `Eagle`.
-    - `text`: a token's text in the records (`token_text(tokenizer)`; the default, `str`, shows the id).
-
-    **Returns:**
-
-    One `TreeStep` per tree step, in order (the first step, a plain forward over the prompt, has no tree).
-    """
-    records = []
-    real = eagle.verify_tree
+def watch_trees(real: Callable, records: list[TreeStep], text: Callable[[int], str]) -> Callable:
+    """`verify_tree` as it is (`real`), which also appends each step's tree of row 0 to `records` (`record_steps`)."""
 
     def watched(s, tree, chosen, valid):
         x0 = int(s.last_tokens[0])
@@ -87,9 +60,7 @@ def record_eagle_trees(
         )
         return verdict, path, features
 
-    with replaced(eagle, "verify_tree", watched):
-        generate(model, [list(prompt)], strategy, max_new_tokens=max_new_tokens, **options)
-    return records
+    return watched
 
 
 def token_tree(

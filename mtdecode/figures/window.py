@@ -1,11 +1,10 @@
-"""Lookahead's window, drawn from a real run (`record_lookahead`, `lookahead_window`)."""
+"""Lookahead's window, drawn from a real run (`record_steps`, `lookahead_window`)."""
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from transformers import PreTrainedModel
 
 from mtdecode.figures.draw import (
     ACCEPTED,
@@ -17,18 +16,13 @@ from mtdecode.figures.draw import (
     TARGET_TOKEN,
     arrow,
     cell,
-    replaced,
     rows_axis,
 )
-from mtdecode.generate import generate
-from mtdecode.model import CausalLM
-from mtdecode.strategies import lookahead
-from mtdecode.strategies.lookahead import Lookahead
 
 
 @dataclass(frozen=True)
 class LookaheadStep:
-    """One lookahead step of a real run, as token texts (`record_lookahead`).
+    """One lookahead step of a real run, as token texts (`record_steps`).
 
     - `window`: the N-1 rows of W cells the step fed; cell (r, j) sits at position s + r + j, where s is the
       position of x0 = `window[0][0]`, the newest committed token.
@@ -48,30 +42,8 @@ class LookaheadStep:
     full: bool
 
 
-def record_lookahead(
-    model: CausalLM | PreTrainedModel,
-    prompt: Sequence[int],
-    strategy: Lookahead,
-    *,
-    max_new_tokens: int,
-    text: Callable[[int], str] = str,
-    **options,
-) -> list[LookaheadStep]:
-    """Run `strategy` on one prompt and record each step's window, predictions and verification branch.
-
-    **Arguments:**
-
-    - `model`, `prompt`, `max_new_tokens`, `options`: as for `mtdecode.generate` (one prompt).
-    - `strategy`: a `Lookahead`. A `Lookahead()` that decodes greedily on this host records nothing; give W, N
-      and G to be sure of a window.
-    - `text`: a token's text in the records (`token_text(tokenizer)`; the default, `str`, shows the id).
-
-    **Returns:**
-
-    One `LookaheadStep` per lookahead step, in order.
-    """
-    records = []
-    real = lookahead.lookahead_step
+def watch_window(real: Callable, records: list[LookaheadStep], text: Callable[[int], str]) -> Callable:
+    """`lookahead_step` as it is (`real`), which also appends each step of row 0 to `records` (`record_steps`)."""
 
     def watched(s, window, candidates):
         grid = window.grid(s.last_tokens)[0].tolist()  # before the step commits: cell (0, 0) is x0
@@ -92,9 +64,7 @@ def record_lookahead(
         )
         return steps, new_row, verdict
 
-    with replaced(lookahead, "lookahead_step", watched):
-        generate(model, [list(prompt)], strategy, max_new_tokens=max_new_tokens, **options)
-    return records
+    return watched
 
 
 def lookahead_window(

@@ -91,7 +91,7 @@ class BatchRule(Rule):
         spent = self.costs.step(i) + (self.setup if i > 0 else 0.0)
         both = torch.stack([self.expected, self.expected + gain], dim=1)  # (batch, 2): without and with it
         costs = torch.tensor([spent, spent + added], dtype=torch.float64, device=both.device)
-        now, more = self.finish(both, costs).tolist()
+        now, more = self.finish(both, costs, self.playing).tolist()
         pays = more < now * (1 - self.margin) and (i == 0 or not bool(self.probing.any()))
         return torch.full_like(self.going, pays)
 
@@ -140,7 +140,7 @@ class BatchRule(Rule):
         cost = cost + torch.where(torch.arange(width + 1, device=device) > 0, extra, 0.0).to(cost)
         widths = torch.arange(width + 1, device=device)
         upto = torch.minimum(widths, available.to(device).clamp(max=width)[:, None])  # (batch, options)
-        ends = self.finish(expected.double().gather(1, upto), cost)  # (options,)
+        ends = self.finish(expected.double().gather(1, upto), cost, self.playing)  # (options,)
         best = int(ends.argmin())  # the first of equals
         return best if ends[best] < ends[0] * (1 - self.margin) else 0
 
@@ -216,14 +216,11 @@ class BatchRule(Rule):
         return rows & (more < now * (1 - self.margin))
 
     def finish(
-        self,
-        expected: Float[Tensor, "batch options"],
-        cost: Float[Tensor, " options"],
-        rows: Bool[Tensor, " batch"] | None = None,
+        self, expected: Float[Tensor, "batch options"], cost: Float[Tensor, " options"], rows: Bool[Tensor, " batch"]
     ) -> Float[Tensor, " options"]:
         """The batch's time to its last row's end if every step were like this one, for each option: the step's
-        `cost` times the most steps any row in play (`rows`) still needs, its budget over its `expected` tokens."""
-        rows = self.playing if rows is None else rows
+        `cost` times the most steps any row in play (`rows`; `playing` for the whole batch) still needs, its budget
+        over its `expected` tokens."""
         left = self.remaining().double().clamp(min=1) if self.remaining is not None else torch.ones_like(expected[:, 0])
         steps = torch.where(rows[:, None], left.to(expected)[:, None] / expected.clamp(min=1e-9), 0.0)
         return cost.to(expected) * steps.max(0).values

@@ -95,7 +95,7 @@ class MTAD:
             new_token = p_next.argmax(-1) if s.sampler.greedy else draw(p_next, s.random, s.active)  # step 4
             accepted = torch.arange(block.shape[1], device=s.device) < n[:, None]
             ratio = ((log_p - log_q) * accepted).sum(1)  # log P/Q of the accepted prefix
-            yield commit(s, draft, path, block, n, new_token, k, log_ratio=ratio)  # step 5
+            yield commit(s, draft, path, block, accepted=n, new_token=new_token, k=k, log_ratio=ratio)  # step 5
 
 
 def beam_draft(
@@ -181,10 +181,10 @@ def commit(
     draft: Runner,
     path: Int[Tensor, "batch k"],
     block: Int[Tensor, "batch k"],
+    *,
     accepted: Int[Tensor, " batch"],
     new_token: Int[Tensor, " batch"],
     k: Int[Tensor, " batch"],
-    *,
     log_ratio: Float[Tensor, " batch"],
 ) -> list[Step]:
     """Step 5: keep the accepted tokens' entries in both caches, commit, let the draft catch up."""

@@ -83,7 +83,7 @@ class Speculative:
                 accepted = accept(guesses, p, q, k, s.random, s.active)  # lines 5-6
                 new_token = correct(p, q, accepted, k, s.random, s.active)  # lines 7-10
             plan.record(k, accepted)
-            yield commit(s, draft, guesses, accepted, new_token, k)  # line 11
+            yield commit(s, draft, guesses, accepted=accepted, new_token=new_token, k=k)  # line 11
 
 
 def plain_step(s: Session, draft: Runner) -> list[Step]:
@@ -186,6 +186,7 @@ def commit(
     s: Session,
     draft: Runner,
     guesses: Int[Tensor, "batch k"],
+    *,
     accepted: Int[Tensor, " batch"],
     new_token: Int[Tensor, " batch"],
     k: Int[Tensor, " batch"],

@@ -21,6 +21,7 @@ import contextlib
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from unittest import mock
 
 import torch
 from transformers import DynamicCache
@@ -399,16 +400,6 @@ never_guesses_when_sampling = _homework(
 # ---------------------------------------------------------------- one-hot (multi-candidate) verification
 
 
-@contextlib.contextmanager
-def _replaced(module, name: str, value):
-    original = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
-
-
 def _keep_rejected(p, proposals, random):
     """`verification.try_proposals` without step 1's removal: after rejecting x, p keeps x's mass."""
     chosen = torch.full((p.shape[0],), -1, dtype=torch.long, device=p.device)
@@ -428,7 +419,7 @@ def _lookahead_with(replacements: dict) -> Callable:
     def run(call, *args, **kwargs):
         with contextlib.ExitStack() as stack:
             for name, value in replacements.items():
-                stack.enter_context(_replaced(verification, name, value))
+                stack.enter_context(mock.patch.object(verification, name, value))
             return call(*args, **kwargs)
 
     def decoder(model, prompt, **settings):

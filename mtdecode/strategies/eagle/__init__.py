@@ -37,17 +37,10 @@ from mtdecode.copying import copy_alone, find_copies
 from mtdecode.policy import Adaptive, Fixed, fixed_or
 from mtdecode.policy.records import CopyRecord
 from mtdecode.session import Session, Step
-from mtdecode.strategies.eagle.tree import (
-    Tree,
-    copy_outcome,
-    graft,
-    grow_tree,
-    tree_size,
-    tried_nodes,
-)
+from mtdecode.strategies.eagle.tree import Tree, copy_outcome, graft, grow_tree, tree_size, tried_nodes
 from mtdecode.strategy import check_counts
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
-from mtdecode.verification import Verdict, best_nodes, kept_parents, root_to_leaf, verify_fed, verify_logits
+from mtdecode.verification import Verdict, best_nodes, kept_parents, root_to_leaf, verify_fed, verify_nothing
 from mtdecode.zoo.eagle import TREE_WIDTH, Backlog, EagleHead, HeadRunner, head_runner, read_features, shipped_head
 
 
@@ -119,7 +112,8 @@ class Eagle:
             valid = rank < n[:, None]
             verdict, path, features = verify_tree(s, tree, chosen, valid)  # steps 3 and 4
             steps = commit(s, verdict, path, n)  # step 5
-            plan.record(n, verdict.accepted, tree.limit, partial(tried_nodes, s, tree, chosen, valid, path))
+            going = valid & s.active[:, None]  # the verified nodes of rows that are still decoding
+            plan.record(n, verdict.accepted, tree.limit, partial(tried_nodes, tree, chosen, going, path))
             if record is not None:
                 record.add(*copy_outcome(tree, chosen, valid, path), copy.matched)
             rows = torch.arange(s.batch, device=s.device)[:, None]
@@ -139,7 +133,7 @@ class Eagle:
 
 def rest_step(s: Session, head: HeadRunner) -> tuple[list[Step], list[Float[Tensor, "_fed hidden"]]]:
     """A step with no tree: one target forward over each row's unread tokens (the prompt at first, then x0), its
-    token (`plain_token`), and, row by row, the target's features at the tokens it fed, which the head reads when
+    token (`verify_nothing`), and, row by row, the target's features at the tokens it fed, which the head reads when
     it drafts again (`read_features`); the head does no work meanwhile (`Session.resting`)."""
     s.resting.add(id(head))
     unread = s.unread(s.target)
@@ -147,7 +141,8 @@ def rest_step(s: Session, head: HeadRunner) -> tuple[list[Step], list[Float[Tens
     logits, features = s.target.extend_features(unread, logits_to_keep=1)
     s.target.cache.commit()
     width = features.shape[1]  # left padded: row b's real tokens are its last fed[b]
-    return s.commit(plain_token(s, logits[:, -1]), 1), [features[b, width - n :] for b, n in enumerate(fed)]
+    token = verify_nothing(s.sampler, logits[:, -1], s.random, s.active).tokens  # (batch, 1)
+    return s.commit(token, 1), [features[b, width - n :] for b, n in enumerate(fed)]
 
 
 def verify_tree(
@@ -169,8 +164,7 @@ def verify_tree(
     fed = torch.cat([s.last_tokens[:, None], tokens], dim=1)
     logits, features = s.target.forward_features(fed, masks.tree_positions(fed_parents), masks.tree(fed_parents))
     if n == 0:  # a plain step
-        none = torch.zeros_like(s.last_tokens)
-        verdict = Verdict(none - 1, none, plain_token(s, logits[:, 0]))
+        verdict = verify_nothing(s.sampler, logits[:, 0], s.random, s.active)
         return verdict, torch.empty(batch, 0, dtype=torch.long, device=device), features
     paths = root_to_leaf(parent, tree.depth.gather(1, chosen), valid)  # step 4: (batch, leaves, longest)
     longest = paths.shape[2]
@@ -187,14 +181,6 @@ def commit(s: Session, verdict: Verdict, path: Int[Tensor, "batch depth"], n: In
     kept = torch.cat([path.new_zeros(path.shape[0], 1), torch.where(path >= 0, path + 1, -1)], dim=1)
     s.target.cache.keep(kept)
     return s.commit(verdict.tokens, verdict.accepted + 1, drafted=n, accepted=verdict.accepted)
-
-
-def plain_token(s: Session, logits: Float[Tensor, "batch vocab"]) -> Int[Tensor, "batch 1"]:
-    """The first step's token: the target's own (its argmax when greedy), drawn by the shared rule with no
-    candidates, so the random streams are used as every strategy's first step uses them."""
-    none = torch.empty(s.batch, 0, 0, dtype=torch.long, device=s.device)  # (batch, candidate, length): no candidate
-    after = logits.new_empty(s.batch, 0, 0, logits.shape[-1])  # and no logits after one
-    return verify_logits(s.sampler, logits, after, none, s.random, s.active).tokens
 
 
 __all__ = ["Eagle", "Tree", "grow_tree", "tree_size", "verify_tree"]

@@ -179,22 +179,18 @@ def on_the_copy(tree: Tree, chosen: Int[Tensor, "batch n"]) -> Bool[Tensor, "bat
 
 
 def tried_nodes(
-    s: Session,
-    tree: Tree,
-    chosen: Int[Tensor, "batch n"],
-    valid: Bool[Tensor, "batch n"],
-    path: Int[Tensor, "batch depth"],
+    tree: Tree, chosen: Int[Tensor, "batch n"], valid: Bool[Tensor, "batch n"], path: Int[Tensor, "batch depth"]
 ) -> tuple[Float[Tensor, "batch n"], Bool[Tensor, "batch n"], Bool[Tensor, "batch n"]] | None:
     """After step 4, what the head's guesses showed (None where no node was verified): its confidence in each
     verified node, whether it was tried (parent accepted; `head_guesses` only) and whether it was accepted."""
     n = chosen.shape[1]
     if n == 0:
         return None
-    hit = torch.zeros(s.batch, n + 2, dtype=torch.bool, device=s.device)  # x0 at column 0, padding at n + 1
+    hit = torch.zeros(path.shape[0], n + 2, dtype=torch.bool, device=path.device)  # x0 at column 0, padding at n + 1
     hit[:, 0] = True
     hit.scatter_(1, torch.where(path >= 0, path + 1, n + 1), True)
     parent = tree.parent.gather(1, chosen)  # node indices
     slot = torch.searchsorted(chosen, parent.clamp(min=0))  # the parent's place among the chosen (parents first)
     parent_hit = torch.where(parent >= 0, hit.gather(1, slot + 1), True)
-    tried = parent_hit & head_guesses(tree, chosen, valid) & s.active[:, None]
+    tried = parent_hit & head_guesses(tree, chosen, valid)
     return tree.confidence.gather(1, chosen), tried, hit[:, 1 : n + 1]

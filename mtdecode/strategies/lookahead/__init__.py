@@ -22,7 +22,7 @@ rows of W columns; the pool fills from then on. Per step, with x0 the newest com
 
 1. candidates: up to G pool n-grams keyed by x0;
 2. one forward over `[unread tokens .. x0] [window] [candidates]` (`lookahead_step`);
-3. verify the candidates and keep the accepted tokens' cache entries (`verify_and_keep`);
+3. verify the candidates (`verify_logits`), keep the accepted tokens' cache entries (`keep_accepted`);
 4. the predictions under the window's last row are the new row; a full window gives W n-grams;
 5. slide the window.
 
@@ -102,7 +102,7 @@ class Lookahead:
             found = plan.verify(found, s.active)  # those worth verifying
             candidates = pad_candidates(found, s.device)  # step 1
             if candidates.shape[1] == 0 and window.columns == 1 and len(window.rows) == 1:
-                steps, new_row, verdict = plain_step(s, candidates)  # nothing to verify, a window of x0 alone
+                steps, new_row, verdict = plain_step(s)  # nothing to verify, a window of x0 alone
             else:
                 steps, new_row, verdict = lookahead_step(s, window, candidates)  # steps 2-3
             plan.record(found, verdict.candidate, verdict.accepted)

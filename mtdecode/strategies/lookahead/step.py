@@ -8,8 +8,8 @@ from mtdecode.model import left_pad
 from mtdecode.plain import prefill
 from mtdecode.session import Session, Step
 from mtdecode.strategies.lookahead.window import Window
-from mtdecode.tensor_types import Float, Int, Tensor
-from mtdecode.verification import Verdict, verify_logits
+from mtdecode.tensor_types import Int, Tensor
+from mtdecode.verification import Verdict, verify_logits, verify_nothing
 
 
 def lookahead_step(
@@ -36,35 +36,29 @@ def lookahead_step(
     )  # (batch, [1] + columns + candidates * length, vocab)
     first = len(after_x0)
     new_row = logits[:, first : first + layout.columns].argmax(dim=-1)
-    candidate_logits = logits[:, first + layout.columns :]
-    steps, verdict = verify_and_keep(s, layout, candidates[:, :count], logits[:, 0], candidate_logits)
-    return steps, new_row, verdict
+    scored = logits[:, first + layout.columns :]  # (batch, candidate * length, vocab)
+    after = rearrange(scored, "batch (candidate length) vocab -> batch candidate length vocab",
+                      candidate=count, length=length)  # fmt: skip
+    verdict = verify_logits(s.sampler, logits[:, 0], after, candidates[:, :count], s.random, s.active)  # Section 3.3
+    return keep_accepted(s, layout, candidates[:, :count], verdict), new_row, verdict
 
 
-def plain_step(s: Session, candidates: Int[Tensor, "batch 0 0"]) -> tuple[list[Step], Int[Tensor, "batch 1"], Verdict]:
-    """`lookahead_step` where no row verifies a candidate (`candidates` is empty) and the window is x0 alone (W = 1,
-    N = 2): its input is then the unread tokens, so the step is a plain one, taken at greedy's cost
-    (`mtdecode.plain.prefill`), without the layout's mask and the cache's `keep`. The same verdict (a step with no
-    candidate: p's token, the random streams alike) and the same new window row (the target's argmax after x0)."""
+def plain_step(s: Session) -> tuple[list[Step], Int[Tensor, "batch 1"], Verdict]:
+    """`lookahead_step` where no row verifies a candidate and the window is x0 alone (W = 1, N = 2): its input is
+    then the unread tokens, so the step is a plain one, taken at greedy's cost (`mtdecode.plain.prefill`), without
+    the layout's mask and the cache's `keep`. The same verdict (a step with no candidate: p's token, the random
+    streams alike) and the same new window row (the target's argmax after x0)."""
     logits = prefill(s)  # (batch, vocab), after every row's unread tokens
-    after = logits.new_empty(*candidates.shape, logits.shape[-1])  # (batch, 0, 0, vocab): no candidate to score
-    verdict = verify_logits(s.sampler, logits, after, candidates, s.random, s.active)
+    verdict = verify_nothing(s.sampler, logits, s.random, s.active)
     steps = s.commit(verdict.tokens, verdict.accepted + 1, drafted=0, accepted=verdict.accepted)
     return steps, logits.argmax(dim=-1)[:, None], verdict
 
 
-def verify_and_keep(
-    s: Session,
-    layout: LookaheadLayout,
-    candidates: Int[Tensor, "batch candidate length"],
-    x0_logits: Float[Tensor, "batch vocab"],
-    candidate_logits: Float[Tensor, "batch rows vocab"],
-) -> tuple[list[Step], Verdict]:
-    """Section 3.3: verify the candidates, keep the cache entries of the context and the accepted tokens."""
-    batch = x0_logits.shape[0]
-    after = rearrange(candidate_logits, "batch (candidate length) vocab -> batch candidate length vocab",
-                      candidate=layout.candidates, length=layout.length)  # fmt: skip
-    verdict = verify_logits(s.sampler, x0_logits, after, candidates, s.random, s.active)
+def keep_accepted(
+    s: Session, layout: LookaheadLayout, candidates: Int[Tensor, "batch candidate length"], verdict: Verdict
+) -> list[Step]:
+    """Keep the cache entries of the context and the accepted tokens; commit the verdict's tokens."""
+    batch = candidates.shape[0]
     # the context's entries, then the winning candidate's accepted tokens; the window and the other candidates go
     k = torch.arange(layout.length, device=s.device)
     chosen = layout.candidate_start + verdict.candidate.clamp(min=0)[:, None] * layout.length + k  # (batch, length)
@@ -72,4 +66,4 @@ def verify_and_keep(
     context = repeat(torch.arange(layout.context, device=s.device), "context -> batch context", batch=batch)
     s.target.cache.keep(torch.cat([context, accepted], dim=1))
     drafted = (candidates[:, 0] >= 0).sum(1) if layout.candidates else 0
-    return s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted), verdict
+    return s.commit(verdict.tokens, verdict.accepted + 1, drafted=drafted, accepted=verdict.accepted)
