@@ -6,9 +6,23 @@ records are plain data: measured on a host (`mtdecode.costs.curves`), kept on di
 or written by hand, and every process that holds the same record makes the same choices.
 """
 
-from collections.abc import Mapping, Sequence
+import bisect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import no_type_check
+
+
+@no_type_check  # plain numbers, called per row per step (see `mtdecode.tensor_types`)
+def on_line(x: int, known: Sequence[int], value: Callable[[int], float]) -> float:
+    """The cost at `x` on the broken line through the `known` points (ascending, at least two; `value(k)` is the
+    cost at point k, asked for at the two points used only): exact at a known point, linear between two, and past
+    either end the nearest segment continued. Every cost curve of the package is read this way."""
+    i = min(max(bisect.bisect_left(known, x), 1), len(known) - 1)  # the segment [known[i - 1], known[i]]
+    below, above = known[i - 1], known[i]
+    if x == above:
+        return value(above)
+    low = value(below)
+    return low + (value(above) - low) * (x - below) / (above - below)
 
 
 @dataclass(frozen=True)
@@ -37,11 +51,10 @@ class DraftCosts:
 
     @no_type_check  # plain numbers, called per row per step (see `mtdecode.tensor_types`)
     def t(self, tokens: int) -> float:
-        """t(tokens); past the last measured size the last step is continued."""
+        """t(tokens); past the last measured size the last step is continued (`on_line`)."""
         if tokens <= len(self.target):
             return self.target[tokens - 1]
-        step = self.target[-1] - self.target[-2]
-        return self.target[-1] + step * (tokens - len(self.target))
+        return on_line(tokens, range(1, len(self.target) + 1), lambda n: self.target[n - 1])
 
     @no_type_check
     def catch_up(self, unread: int) -> float:
@@ -80,21 +93,20 @@ class BatchCosts:
             raise ValueError(f"margin must be in [0, 1), got {self.margin}")
 
     def at(self, rows: int) -> DraftCosts:
-        """The costs of forwards over `rows` rows."""
+        """The costs of forwards over `rows` rows: each cost on the line through the measured numbers of rows
+        (`on_line`)."""
         if rows in self.by_rows:
             return self.by_rows[rows]
         measured = sorted(self.by_rows)
         if len(measured) == 1:
             raise ValueError(f"costs for {rows} rows were not given, only for {measured[0]}")
-        below = max([r for r in measured if r <= rows], default=measured[0])
-        above = min([r for r in measured if r > below], default=None)
-        if above is None:
-            below, above = measured[-2], measured[-1]
-        low, high, weight = self.by_rows[below], self.by_rows[above], (rows - below) / (above - below)
-        width = max(len(low.target), len(high.target))
-        target = [low.t(n) + (high.t(n) - low.t(n)) * weight for n in range(1, width + 1)]
-        overhead = low.overhead + (high.overhead - low.overhead) * weight
-        return DraftCosts(max(0.0, low.draft + (high.draft - low.draft) * weight), target, max(0.0, overhead))
+
+        def at(cost: Callable[[DraftCosts], float]) -> float:
+            return on_line(rows, measured, lambda r: cost(self.by_rows[r]))
+
+        width = max(len(costs.target) for costs in self.by_rows.values())
+        target = [at(lambda costs, n=n: costs.t(n)) for n in range(1, width + 1)]
+        return DraftCosts(max(0.0, at(lambda c: c.draft)), target, max(0.0, at(lambda c: c.overhead)))
 
 
 def candidate_costs(

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 
 from mtdecode import store
-from mtdecode.costs import BatchCosts, DraftCosts, timing
+from mtdecode.costs import BatchCosts, DraftCosts, on_line, timing
 from mtdecode.model import CausalLM
 
 #: what a batch's step spends besides its forwards (verification, cache roll-back, the rule, Python), as a fraction
@@ -77,16 +77,9 @@ def batch_seconds(model: CausalLM, rows: int, tokens: int) -> float:
 
 
 def between_rows(rows: int, measured: Callable[[int], float]) -> float:
-    """`measured(rows)` where `rows` is one of `ROWS`; else interpolated linearly between the neighbouring numbers of
-    rows in `ROWS`, and past the largest, the last segment's slope continued."""
-    if rows in timing.ROWS:
-        return measured(rows)
-    below = max(r for r in timing.ROWS if r <= rows)
-    above = min([r for r in timing.ROWS if r >= rows], default=None)
-    if above is None:  # past the largest: continue the last segment's slope
-        below, above = timing.ROWS[-2], timing.ROWS[-1]
-    low, high = measured(below), measured(above)
-    return low + (high - low) * (rows - below) / (above - below)
+    """`measured(rows)` where `rows` is one of `ROWS`; else on the line through the neighbouring numbers of rows in
+    `ROWS` (`mtdecode.costs.on_line`), measured there only."""
+    return on_line(rows, timing.ROWS, measured)
 
 
 def batch_relative(model: CausalLM, rows: int, tokens: int) -> float:
@@ -175,16 +168,8 @@ def batch_margin(model: CausalLM, rows: int) -> float:
 
 
 def relative_cost(costs: dict[int, float], tokens: int) -> float:
-    """cost(tokens) / cost(1), interpolated linearly between measured sizes (extrapolated past the largest)."""
-    sizes = sorted(costs)
-    below = max([n for n in sizes if n <= tokens], default=sizes[0])
-    above = min([n for n in sizes if n >= tokens], default=None)
-    if above is None:  # past the largest size: continue the last segment's slope
-        below, above = sizes[-2], sizes[-1]
-    if above == below:
-        return costs[below] / costs[1]
-    slope = (costs[above] - costs[below]) / (above - below)
-    return (costs[below] + slope * (tokens - below)) / costs[1]
+    """cost(tokens) / cost(1), on the line through the measured sizes (`mtdecode.costs.on_line`)."""
+    return on_line(tokens, sorted(costs), costs.__getitem__) / costs[1]
 
 
 def draft_costs(target: CausalLM, draft: CausalLM, *, longest: int = 32) -> DraftCosts:

@@ -5,6 +5,7 @@ as a share of a target forward timed beside it (`curves.kept_beside_forward`).""
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -186,14 +187,9 @@ def _time_read(head: EagleHead, rows: int, repeats: int = 5) -> float:
     runner = _runner_after_context(head, rows)
     hidden, dtype, device = head.embedding.shape[1], head.dtype, head.device
     features = torch.zeros(rows, READ_TOKENS, hidden, dtype=dtype, device=device)
-    best = float("inf")
-    for _ in range(repeats):
-        ids, offsets, sees, pad = runner.after_held(torch.zeros(rows, READ_TOKENS, dtype=torch.long, device=device))
-        start = time.perf_counter()
-        runner.step(features, ids, offsets, sees, pad=pad)
-        best = min(best, time.perf_counter() - start)
-        runner.cache.crop(runner.cache.lengths)  # the new entries go again
-    return best
+    ids, offsets, sees, pad = runner.after_held(torch.zeros(rows, READ_TOKENS, dtype=torch.long, device=device))
+    read = partial(runner.step, features, ids, offsets, sees, pad=pad)
+    return timing.fastest(read, repeats, then=lambda: runner.cache.crop(runner.cache.lengths))  # the entries go again
 
 
 def _time_depth(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) -> float:
@@ -219,13 +215,7 @@ def depth_timings(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) 
     def choose(scores: Float[Tensor, "rows width head"]) -> None:
         torch.softmax(scores.double(), dim=-1).flatten(1).topk(width, dim=1)
 
-    def fastest(run) -> float:
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - start)
-        return best
+    fastest = partial(timing.fastest, repeats=repeats)
 
     with torch.no_grad():
         scores = head.logits(forward())
@@ -264,13 +254,11 @@ def _time_beam_depth(draft: CausalLM, width: int, rows: int, repeats: int = 5) -
     log_q = torch.zeros(rows, width, 1, dtype=torch.float64, device=draft.device)
     side_by_side = masks.tree([-1] * width, device=draft.device)
     offsets = torch.zeros(width, dtype=torch.long, device=draft.device)
-    best = float("inf")
+
+    def depth() -> None:
+        logits = runner.forward(beams, offsets, side_by_side)  # (rows, W, vocab)
+        _, scores = score_children(Sampler(), logits, log_q)
+        scores.topk(min(width, scores.shape[1]), dim=1)  # `choose` at temperature 0
+
     with torch.no_grad():
-        for _ in range(repeats):
-            start = time.perf_counter()
-            logits = runner.forward(beams, offsets, side_by_side)  # (rows, W, vocab)
-            _, scores = score_children(Sampler(), logits, log_q)
-            scores.topk(min(width, scores.shape[1]), dim=1)  # `choose` at temperature 0
-            best = min(best, time.perf_counter() - start)
-            runner.cache.crop(runner.cache.lengths)  # the beams' entries go again
-    return best
+        return timing.fastest(depth, repeats, then=lambda: runner.cache.crop(runner.cache.lengths))  # entries go

@@ -11,6 +11,7 @@ import statistics
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import torch
@@ -221,11 +222,29 @@ def _measure(
     runner = Runner(model, "tuning")
     runner.extend(tokens[:, :context])
     runner.cache.commit()
+    def forward(n: int) -> None:
+        runner.extend(tokens[:, context : context + n], logits_to_keep=n)
+        runner.cache.crop(context + 1)  # one new entry kept, the others dropped (n = 1: kept as it is)
+
     for _ in range(repeats):
         for n in sizes:  # interleaved, so a busy moment on the machine hits every size alike
-            start = time.perf_counter()
-            runner.extend(tokens[:, context : context + n], logits_to_keep=n)
-            runner.cache.crop(context + 1)  # one new entry kept, the others dropped (n = 1: kept as it is)
-            times[n].append(time.perf_counter() - start)
+            times[n].append(seconds(partial(forward, n)))
             runner.cache.crop(context)
     return times
+
+
+def seconds(run: Callable[[], object]) -> float:
+    """How long one call of `run` takes: the clock every measurement of the package reads."""
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def fastest(run: Callable[[], object], repeats: int = 5, *, then: Callable[[], object] = lambda: None) -> float:
+    """The fastest of `repeats` calls of `run`, in seconds (the one a busy moment on the machine slowed least);
+    `then` runs after each call, untimed (to put a cache back as it was)."""
+    best = float("inf")
+    for _ in range(repeats):
+        best = min(best, seconds(run))
+        then()
+    return best
