@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import mtdecode
-from mtdecode.costs import BatchCosts, DraftCosts
+from mtdecode.costs import BatchCosts, DraftCosts, on_line
 from mtdecode.policy import Adaptive, Fixed, fixed_or
 from mtdecode.policy.batch import BatchRule
 from mtdecode.policy.calibration import Calibration, PooledCalibration
@@ -96,3 +96,25 @@ def test_a_record_keeps_what_it_worked_out_until_a_verified_guess_changes_it():
     record.add(torch.tensor([2]), torch.tensor([2]))  # two guesses verified, both held
     again = record.chances(3)
     assert again is not first and again[0, 0] > first[0, 0]
+
+
+def test_a_cost_curve_is_read_on_its_broken_line_and_measured_only_where_it_is_read():
+    """`on_line`: a known point as it is (asking for it alone: a measurement elsewhere may not exist, as the
+    reference costs hold one number of rows), linear between two, the nearest segment continued past either end."""
+    curve = {1: 1.0, 2: 1.5, 4: 2.5, 8: 6.5}
+    asked: list[int] = []
+
+    def value(k: int) -> float:
+        asked.append(k)
+        return curve[k]
+
+    def read(x: int) -> tuple[float, list[int]]:
+        asked.clear()
+        return on_line(x, sorted(curve), value), list(asked)
+
+    for k, cost in curve.items():
+        assert read(k) == (cost, [k])
+    assert read(3) == (2.0, [2, 4]) and read(6) == (4.5, [4, 8])
+    assert read(10) == (8.5, [4, 8])  # past the last: its segment's slope of 1 per token
+    assert read(0) == (0.5, [1, 2])  # before the first: the first segment's
+    assert DraftCosts(draft=0.1, target=[1.0, 1.5, 2.5]).t(5) == 4.5  # past t(3): t(3) - t(2) per token

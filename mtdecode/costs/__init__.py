@@ -17,10 +17,11 @@ def on_line(x: int, known: Sequence[int], value: Callable[[int], float]) -> floa
     """The cost at `x` on the broken line through the `known` points (ascending, at least two; `value(k)` is the
     cost at point k, asked for at the two points used only): exact at a known point, linear between two, and past
     either end the nearest segment continued. Every cost curve of the package is read this way."""
-    i = min(max(bisect.bisect_left(known, x), 1), len(known) - 1)  # the segment [known[i - 1], known[i]]
+    i = bisect.bisect_left(known, x)
+    if i < len(known) and known[i] == x:
+        return value(x)
+    i = min(max(i, 1), len(known) - 1)  # the segment [known[i - 1], known[i]], or the nearest one past an end
     below, above = known[i - 1], known[i]
-    if x == above:
-        return value(above)
     low = value(below)
     return low + (value(above) - low) * (x - below) / (above - below)
 
