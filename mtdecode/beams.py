@@ -1,7 +1,8 @@
-"""Beam drafting (MTAD's step 1): W beams per row grown a depth at a draft forward each, by beam weight x q, and
-the scoring they share with the cost measurement (`mtdecode.costs.probes.measure_beam_depth_cost` times the very
-functions the strategy calls without importing a strategy)."""
+"""Beam drafting (step 1 of MTAD and MMTAD): W beams per row grown a depth at a draft forward each, by beam weight
+x q (`draft_beams`), and the scoring they share with the cost measurement
+(`mtdecode.costs.probes.measure_beam_depth_cost` times the very functions the strategies call)."""
 
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -9,6 +10,7 @@ from einops import rearrange, reduce, repeat
 
 from mtdecode import masks
 from mtdecode.model import Runner
+from mtdecode.policy.plans import ChainPlan
 from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
@@ -109,3 +111,60 @@ def deepen(
     log_q = torch.cat([log_q[beam_rows, beam], token_log_q[:, :, None]], dim=2)
     nodes = torch.cat([nodes[beam_rows, beam], new_nodes[beam_rows, beam][:, :, None]], dim=2)
     return tokens, log_q, nodes, parents
+
+
+class Drafted(NamedTuple):
+    """Each row's W beams when its block ended, at its own depth k[b] (-1 tokens and 0 log q past it; a beam that
+    the options ran out for has -1 tokens and -inf log q): `tokens` and their `log_q` (batch, beam, k), the
+    draft-cache `nodes` of the first k[b] - 1 tokens (the last is never fed; -1 pads), the `heaviest` beam (the
+    first of the largest joint q), and `k`."""
+
+    tokens: Int[Tensor, "batch beam k"]
+    log_q: Float[Tensor, "batch beam k"]
+    nodes: Int[Tensor, "batch beam k"]
+    heaviest: Int[Tensor, " batch"]
+    k: Int[Tensor, " batch"]
+
+
+def draft_beams(s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int, plan: ChainPlan) -> Drafted:
+    """Step 1: beam sampling (beam search when greedy) over the draft's joint distribution, W beams per row, to
+    depth k[b]. The `plan` may stop a row at a depth below k[b] (where the heaviest beam's newest token is too
+    unsure to pay for another depth; q's probabilities only)."""
+    k = torch.where(plan.first(k > 0, [len(row) for row in s.unread(draft)]), k, 0)
+    batch, depth = s.batch, int(k.max())
+    drafted = Drafted(
+        torch.full((batch, width, depth), -1, dtype=torch.long, device=s.device),
+        torch.zeros(batch, width, depth, dtype=torch.float64, device=s.device),
+        torch.full((batch, width, depth), -1, dtype=torch.long, device=s.device),
+        torch.zeros(batch, dtype=torch.long, device=s.device),
+        k,
+    )
+    if depth == 0:
+        return drafted
+    first_log_q = log_of(judged(s.sampler, draft.extend(s.unread(draft), logits_to_keep=1)[:, -1]))  # (batch, vocab)
+    draft.cache.commit()  # the unread tokens are committed tokens
+    picks = choose(first_log_q, width, s.sampler.greedy, s.random, s.active & (k > 0))  # depth 1: (batch, W)
+    first = first_log_q.gather(1, picks.clamp(min=0)).masked_fill(picks < 0, -torch.inf)  # (batch, beam)
+    beams = Beams(
+        rearrange(picks, "batch beam -> batch beam 1"),  # tokens: (batch, beam, depth so far)
+        rearrange(first, "batch beam -> batch beam 1"),  # their log q
+        torch.empty(batch, picks.shape[1], 0, dtype=torch.long, device=s.device),  # tree nodes of the fed tokens
+        torch.empty(batch, 0, dtype=torch.long, device=s.device),  # the draft's token tree, in feeding order
+    )
+    for d in range(1, depth + 1):
+        heaviest = beams.log_q.sum(2).argmax(1)  # (batch,): the first of the heaviest
+        going = plan.more(k > d, partial(newest_q, beams.log_q, heaviest))  # q's confidence in it, if weighed
+        k = torch.where((k > d) & ~going, d, k)
+        done = k == d  # rows whose block ends here: keep their beams
+        count = beams.tokens.shape[1]  # W, or fewer while W exceeds the options
+        drafted.tokens[done, :count, :d] = beams.tokens[done]
+        drafted.log_q[done, :count, :d] = beams.log_q[done]
+        drafted.log_q[done, count:, :d] = -torch.inf
+        drafted.nodes[done, :count, : d - 1] = beams.nodes[done]
+        drafted.heaviest[done] = heaviest[done]
+        if d >= int(k.max()):
+            break
+        beams = Beams(*deepen(s, draft, beams, width, s.active & (k > d)))  # a draft forward
+    used = int(k.max())
+    tokens, log_q, nodes = (part[..., :used] for part in drafted[:3])
+    return Drafted(tokens, log_q, nodes, drafted.heaviest, k)

@@ -10,8 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from mtdecode import masks, store
-from mtdecode.beams import score_children
+from mtdecode import beams, masks, store
 from mtdecode.costs import curves, timing
 from mtdecode.generate import generate
 from mtdecode.model import CausalLM, Runner
@@ -230,7 +229,7 @@ def depth_timings(head: EagleHead, width: int, repeats: int = 5, rows: int = 1) 
 def measure_beam_depth_cost(target: CausalLM, draft: CausalLM, width: int, rows: int = 1) -> float:
     """One more depth of MTAD's beams for a batch of `rows` rows (a draft forward over `width` beam tokens per row
     after `CONTEXT` entries, then their children scored and the best `width` chosen, as
-    `mtdecode.strategies.mtad.beam_draft` does at temperature 0, with `mtdecode.beams`), the fastest of 5 runs, in
+    `mtdecode.beams.draft_beams` does at temperature 0), the fastest of 5 runs, in
     units of a 1-token target forward of one row: timed beside t(rows, 1) of the target (`kept_beside_forward`;
     measured once per draft architecture, width, number of rows and host, and kept on disk, `mtdecode.store`). The
     scoring is not small beside the forward: it reads `width` x vocabulary probabilities per row in float64."""
@@ -250,14 +249,14 @@ def _time_beam_depth(draft: CausalLM, width: int, rows: int, repeats: int = 5) -
     runner = Runner(draft, "tuning")
     runner.extend(context)
     runner.cache.commit()
-    beams = torch.zeros(rows, width, dtype=torch.long, device=draft.device)
+    tokens = torch.zeros(rows, width, dtype=torch.long, device=draft.device)
     log_q = torch.zeros(rows, width, 1, dtype=torch.float64, device=draft.device)
     side_by_side = masks.tree([-1] * width, device=draft.device)
     offsets = torch.zeros(width, dtype=torch.long, device=draft.device)
 
     def depth() -> None:
-        logits = runner.forward(beams, offsets, side_by_side)  # (rows, W, vocab)
-        _, scores = score_children(Sampler(), logits, log_q)
+        logits = runner.forward(tokens, offsets, side_by_side)  # (rows, W, vocab)
+        _, scores = beams.score_children(Sampler(), logits, log_q)
         scores.topk(min(width, scores.shape[1]), dim=1)  # `choose` at temperature 0
 
     with torch.no_grad():

@@ -27,14 +27,12 @@ every row has its own beams, draws and block length k (shorter near the end of i
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from typing import ClassVar
 
 import torch
-from einops import rearrange
 from transformers import PreTrainedModel
 
-from mtdecode.beams import BEAM_WIDTH, Beams, choose, deepen, judged, log_of, newest_q
+from mtdecode.beams import BEAM_WIDTH, draft_beams, judged
 from mtdecode.model import CausalLM, Runner
 from mtdecode.plain import extend_with, prefill
 from mtdecode.policy import Adaptive, ChainPlan, Fixed, fixed_or
@@ -101,44 +99,15 @@ class MTAD:
 def beam_draft(
     s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int, plan: ChainPlan
 ) -> tuple[Int[Tensor, "batch k"], Float[Tensor, "batch k"], Int[Tensor, "batch k"], Int[Tensor, " batch"]]:
-    """Step 1: beam sampling (beam search when greedy) over the draft's joint distribution, per row.
-
-    The `plan` may stop a row at a depth below k[b] (the adaptive policy: where the heaviest beam's newest token is
-    too unsure to pay for another depth; q's probabilities only).
+    """Step 1: beam sampling (beam search when greedy) over the draft's joint distribution, per row
+    (`mtdecode.beams.draft_beams`; the `plan` may stop a row below k[b]), and y, the heaviest beam.
 
     **Returns:** each row's heaviest beam after its k[b] tokens (padded with -1 to the widest row), their per-token
     log q, the draft-cache nodes of the beam's first k[b] - 1 tokens (the last never fed; -1 pads), and k itself.
     """
-    k = torch.where(plan.first(k > 0, [len(row) for row in s.unread(draft)]), k, 0)
-    batch, depth = s.batch, int(k.max())
-    block = torch.full((batch, depth), -1, dtype=torch.long, device=s.device)
-    block_log_q = torch.zeros(batch, depth, dtype=torch.float64, device=s.device)
-    path = torch.full((batch, depth), -1, dtype=torch.long, device=s.device)
-    if depth == 0:
-        return block, block_log_q, path, k
-    first_log_q = log_of(judged(s.sampler, draft.extend(s.unread(draft), logits_to_keep=1)[:, -1]))  # (batch, vocab)
-    draft.cache.commit()  # the unread tokens are committed tokens
-    picks = choose(first_log_q, width, s.sampler.greedy, s.random, s.active & (k > 0))  # depth 1: (batch, W)
-    tokens = rearrange(picks, "batch beam -> batch beam 1")  # (batch, beam, depth so far)
-    first = first_log_q.gather(1, picks.clamp(min=0)).masked_fill(picks < 0, -torch.inf)  # (batch, beam)
-    log_q = rearrange(first, "batch beam -> batch beam 1")
-    nodes = torch.empty(batch, width, 0, dtype=torch.long, device=s.device)  # tree nodes of the fed tokens
-    parents = torch.empty(batch, 0, dtype=torch.long, device=s.device)  # the draft's token tree, in feeding order
-    for d in range(1, depth + 1):
-        best = log_q.sum(2).argmax(1)  # (batch,): the first of the heaviest
-        rows = torch.arange(batch, device=s.device)
-        going = plan.more(k > d, partial(newest_q, log_q, best))  # q's confidence in the heaviest beam, if weighed
-        k = torch.where((k > d) & ~going, d, k)
-        done = k == d  # rows whose block ends here: keep their heaviest beam
-        block[done, :d] = tokens[rows, best][done]
-        block_log_q[done, :d] = log_q[rows, best][done]
-        path[done, : d - 1] = nodes[rows, best][done]
-        if d >= int(k.max()):
-            break
-        grown = deepen(s, draft, Beams(tokens, log_q, nodes, parents), width, s.active & (k > d))  # a draft forward
-        tokens, log_q, nodes, parents = grown
-    width_used = int(k.max())
-    return block[:, :width_used], block_log_q[:, :width_used], path[:, :width_used], k
+    beams = draft_beams(s, draft, k, width, plan)
+    y = (torch.arange(s.batch, device=s.device), beams.heaviest)  # each row's heaviest beam
+    return beams.tokens[y], beams.log_q[y], beams.nodes[y], beams.k
 
 
 def plain_step(s: Session, draft: Runner) -> list[Step]:
