@@ -10,9 +10,10 @@ from einops import rearrange, reduce, repeat
 
 from mtdecode import masks
 from mtdecode.model import Runner
-from mtdecode.policy.plans import ChainPlan
+from mtdecode.plain import prefill
+from mtdecode.plans import ChainPlan
 from mtdecode.sampling import RowRandom, Sampler, draw
-from mtdecode.session import Session
+from mtdecode.session import Session, Step
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 
 #: MTAD's default number of beams kept per depth, W
@@ -168,3 +169,14 @@ def draft_beams(s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int,
     used = int(k.max())
     tokens, log_q, nodes = (part[..., :used] for part in drafted[:3])
     return Drafted(tokens, log_q, nodes, drafted.heaviest, k)
+
+
+def plain_step(s: Session, draft: Runner) -> list[Step]:
+    """A step with no block in any row, at greedy cost: the target's own token after x0 (n = 0, step 4 of MTAD and
+    MMTAD), with no log P/Q to record. The draft rests, and reads what it missed when it next drafts."""
+    logits = prefill(s)  # (batch, vocab): one target forward over each row's unread tokens
+    token = logits.argmax(-1) if s.sampler.greedy else draw(judged(s.sampler, logits), s.random, s.active)
+    none = torch.zeros(s.batch, dtype=torch.float64, device=s.device)
+    steps = s.commit(token[:, None], 1, proposals=[[]] * s.batch, log_ratios=none)
+    s.read_later(draft)
+    return steps

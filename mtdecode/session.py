@@ -34,9 +34,11 @@ class Step:
     - `drafted`: how many guessed tokens that forward verified (0 for plain decoding).
     - `accepted`: how many of those guesses it kept; the last token of `tokens` is the
       target's own (a correction or a bonus token), unless EOS or the budget cut the step.
-    - `proposal`: the guessed block the target verified, if the strategy records it (MTAD does).
+    - `proposal`: the guessed block the target verified, if the strategy records it (MTAD does; MMTAD records the
+      block it kept a prefix of).
     - `log_ratio`: for strategies that accept by likelihood (MTAD), log P/Q of the accepted prefix.
     - `row`: the batch row (0 for a single prompt).
+    - `candidates`: every block the target verified, if the strategy records them (MMTAD does).
     """
 
     tokens: tuple[int, ...]
@@ -45,6 +47,7 @@ class Step:
     proposal: tuple[int, ...] = ()
     log_ratio: float | None = None
     row: int = 0
+    candidates: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,7 @@ class Session:
         accepted: Int[Tensor, " batch"] | int = 0,
         proposals: Sequence[Sequence[int]] | None = None,
         log_ratios: Float[Tensor, " batch"] | None = None,
+        candidates: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> list[Step]:
         """Append row b's first `counts[b]` tokens to its output and record one step per unfinished row.
 
@@ -252,7 +256,8 @@ class Session:
                 cut[b] = len(self.tokens[b]) - 1
             proposal = tuple(proposals[b]) if proposals is not None else ()
             ratio = None if ratios is None else float(ratios[b])
-            steps.append(Step(tuple(kept), drafted[b], min(accepted[b], len(kept)), proposal, ratio, b))
+            verified = tuple(map(tuple, candidates[b])) if candidates is not None else ()
+            steps.append(Step(tuple(kept), drafted[b], min(accepted[b], len(kept)), proposal, ratio, b, verified))
             self.row_steps[b] += 1
         if cut:
             crop_rows(self.runners, cut)

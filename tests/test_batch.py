@@ -3,8 +3,8 @@
 - Row parity (float64, tiny Llama, Qwen2 and Mistral models; the Llama's MLPs and output layer skip the cells
   nobody reads, as those of the models `load_model` loads do, `mtdecode.tokenwise`): every row of a batched greedy run
   equals greedy decoding of the same prompt alone, for every exact strategy (EAGLE with a random head, whose
-  rows verify trees of different sizes in one forward); MTAD's rows equal
-  MTAD alone. Hypothesis draws the batches: prompts of different lengths, EOS in some rows,
+  rows verify trees of different sizes in one forward); MTAD's and MMTAD's rows equal
+  their prompts alone. Hypothesis draws the batches: prompts of different lengths, EOS in some rows,
   budgets, batch sizes 1, 2, 3 and 17.
 - Rows never influence each other where each row weighs its own guesses (fixed settings, or one row's
   `DraftCosts`): sampled row b of a batch seeded s equals its prompt alone seeded s + b, token for token
@@ -29,7 +29,7 @@ from mtdecode.attention import GROUPED_SDPA
 from mtdecode.costs import BatchCosts, DraftCosts
 from mtdecode.policy import Adaptive, rule
 from mtdecode.policy import batch as batch_rule
-from mtdecode.strategies import MTAD, Autoregressive, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
+from mtdecode.strategies import MMTAD, MTAD, Autoregressive, Eagle, Jacobi, Lookahead, PromptLookup, Speculative
 from mtdecode.testing import greedy_tokens, tiny_model
 from mtdecode.testing.distribution import block_cells, exact_joint
 from mtdecode.testing.models import perturbed
@@ -68,6 +68,7 @@ STRATEGIES = {
     "prompt_lookup": lambda f: PromptLookup(2, 5),
     "lookahead": lambda f: Lookahead(3, 3, 3, prompt_pool=True),
     "mtad": lambda f: MTAD(draft(f), 3, 2, 0.5),
+    "mmtad": lambda f: MMTAD(draft(f), 3, 2, 0.5),
     # a random head, its tree sized by the rule from a made-up cost curve: rows verify trees of different sizes
     "eagle": lambda f: Eagle(head(f), depth=3, width=3, policy=Adaptive(costs=EAGLE_COSTS, depth_cost=0.05)),
 }
@@ -145,17 +146,18 @@ def check_rows(family: str, name: str, batch) -> None:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("name", [name for name in STRATEGIES if name != "mtad"])
+@pytest.mark.parametrize("name", [name for name in STRATEGIES if name not in ("mtad", "mmtad")])
 @given(batch=batches())
 def test_every_row_of_a_greedy_batch_equals_its_prompt_alone(family, name, batch):
     check_rows(family, name, batch)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", ["mtad", "mmtad"])
 @settings(max_examples=20)  # each example decodes every row alone too, with beams: the costliest case
 @given(batch=batches())
-def test_every_row_of_a_greedy_mtad_batch_equals_its_prompt_alone(family, batch):
-    check_rows(family, "mtad", batch)
+def test_every_row_of_a_greedy_mtad_batch_equals_its_prompt_alone(family, name, batch):
+    check_rows(family, name, batch)
 
 
 #: the sampled rows' strategies: every one, and lookahead with a window of x0 alone (W = 1, N = 2), whose steps

@@ -1,5 +1,5 @@
-"""MTAD: the acceptance rule holds on every step (recomputed independently), the zero-error case
-is exact, wrong rules are caught, and bad settings are refused."""
+"""MTAD and MMTAD: the acceptance rule holds on every step (recomputed independently), in batches too; the
+zero-error case is exact; MMTAD with one beam is MTAD; wrong rules are caught; bad settings are refused."""
 
 import functools
 import math
@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 import mtdecode
 from mtdecode import Sampler, beams, oracle
-from mtdecode.strategies import MTAD, mtad
+from mtdecode.strategies import MMTAD, MTAD, mmtad, mtad
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import sampled_run
 from mtdecode.testing.models import perturbed
-from mtdecode.testing.mtad import check_threshold_rule, prefix_log_ratios
+from mtdecode.testing.mtad import check_multi_candidate_rule, check_threshold_rule, prefix_log_ratios
 
 
 @functools.cache
@@ -32,7 +32,8 @@ def pair(vocab: int, kind: str):
 SAMPLERS = [Sampler(0.0), Sampler(1.0), Sampler(0.7, top_k=5), Sampler(1.0, top_p=0.9)]
 
 
-@given(
+#: a run's settings, drawn by Hypothesis: the pair, the prompt, k, W, tau, the sampler, the budget and the seed
+RUNS = dict(
     vocab=st.sampled_from([4, 8, 16]),
     kind=st.sampled_from(["same", "noisy", "other"]),
     prompt=st.lists(st.integers(0, 3), min_size=1, max_size=6),
@@ -43,6 +44,9 @@ SAMPLERS = [Sampler(0.0), Sampler(1.0), Sampler(0.7, top_k=5), Sampler(1.0, top_
     max_new_tokens=st.integers(0, 12),
     seed=st.integers(0, 1000),
 )
+
+
+@given(**RUNS)
 def test_every_step_accepts_the_longest_prefix_that_passes(
     vocab, kind, prompt, k, width, threshold, sampler, max_new_tokens, seed
 ):
@@ -112,20 +116,29 @@ def _last_passing(passing, k):
     return torch.where(passing.any(1), last, 0)
 
 
+def caught(target, strategy, check) -> int:
+    """In how many of ten seeded runs of `strategy` on [1, 2, 3] (temperature 1) `check(result)` fails."""
+    failures = 0
+    for seed in range(10):
+        result = sampled_run(target, [1, 2, 3], strategy, 16, Sampler(1.0), seed)
+        try:
+            check(result)
+        except AssertionError:
+            failures += 1
+    return failures
+
+
 @pytest.mark.parametrize("mutant", [per_token, shortest], ids=lambda m: m.__name__)
 def test_the_rule_check_catches_a_wrong_rule(monkeypatch, mutant):
     monkeypatch.setattr(mtad, "accepted_length", mutant)
     target, draft = pair(8, "other")
-    caught = 0
-    for seed in range(10):
-        result = sampled_run(target, [1, 2, 3], MTAD(draft, 4, 2, 0.3), 16, Sampler(1.0), seed)
-        try:
-            check_threshold_rule(target, draft, [1, 2, 3], result, 0.3, Sampler(1.0))
-        except AssertionError:
-            caught += 1
-    assert caught > 0, f"the {mutant.__name__} mutant went unnoticed in 10 runs"
+    check = functools.partial(check_threshold_rule, target, draft, [1, 2, 3], threshold=0.3, sampler=Sampler(1.0))
+    assert caught(target, MTAD(draft, 4, 2, 0.3), lambda result: check(result=result)) > 0, (
+        f"the {mutant.__name__} mutant went unnoticed in 10 runs"
+    )
 
 
+@pytest.mark.parametrize("kind", [MTAD, MMTAD], ids=["MTAD", "MMTAD"])
 @pytest.mark.parametrize(
     "settings, message",
     [
@@ -136,10 +149,16 @@ def test_the_rule_check_catches_a_wrong_rule(monkeypatch, mutant):
         (dict(threshold=float("nan")), "threshold must be a number > 0"),
     ],
 )
-def test_bad_settings_are_refused(settings, message):
+def test_bad_settings_are_refused(kind, settings, message):
     target, _ = pair(8, "same")
     with pytest.raises(ValueError, match=message):
-        MTAD(target, **settings)
+        kind(target, **settings)
+
+
+def test_an_unknown_denominator_is_refused():
+    target, _ = pair(8, "same")
+    with pytest.raises((ValueError, TypeError), match="denominator"):  # a type error where the types are checked
+        MMTAD(target, denominator="best")
 
 
 def test_a_draft_with_another_vocabulary_is_refused():
@@ -161,3 +180,111 @@ def test_the_log_that_skips_zeros_is_the_log_bit_for_bit(values):
     q = torch.tensor(values, dtype=torch.float64)
     for shape in [(len(values),), (1, len(values), 1)]:
         assert torch.equal(beams.log_of(q.reshape(shape)).view(torch.int64), q.reshape(shape).log().view(torch.int64))
+
+
+# ---- MMTAD
+
+
+@given(**RUNS, denominator=st.sampled_from(["heaviest", "largest"]))
+def test_every_mmtad_step_keeps_the_deepest_block_that_passes(
+    vocab, kind, prompt, k, width, threshold, denominator, sampler, max_new_tokens, seed
+):
+    target, draft = pair(vocab, kind)
+    strategy = MMTAD(draft, k, width, threshold, denominator)
+    result = sampled_run(target, prompt, strategy, max_new_tokens, sampler, seed)
+    assert result.tokens.shape == (1, max_new_tokens)
+    check_multi_candidate_rule(target, prompt, result, strategy, sampler)
+
+
+@pytest.mark.parametrize("sampler", [Sampler(0.0), Sampler(1.0, top_k=10, top_p=0.9)], ids=["greedy", "paper"])
+@pytest.mark.parametrize("denominator", ["heaviest", "largest"])
+def test_every_row_of_a_ragged_mmtad_batch_follows_the_rule(sampler, denominator):
+    target, draft = pair(16, "noisy")
+    prompts = [[1, 2, 3, 4, 5], [6], [7, 8, 9]]
+    strategy = MMTAD(draft, 4, 4, 0.3, denominator)
+    result = mtdecode.generate(target, prompts, strategy, max_new_tokens=14, seed=2, temperature=sampler.temperature,
+                               top_k=sampler.top_k, top_p=sampler.top_p)  # fmt: skip
+    check_multi_candidate_rule(target, prompts, result, strategy, sampler)
+    assert {step.row for step in result.steps if step.accepted} == {0, 1, 2}  # every row accepted some block
+    assert max(len(step.candidates) for step in result.steps) == 4
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_with_one_beam_mmtad_is_mtad_step_for_step(temperature):
+    target, draft = pair(16, "noisy")
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
+    runs = [
+        mtdecode.generate(target, prompts, strategy, max_new_tokens=16, temperature=temperature, seed=5)
+        for strategy in (MTAD(draft, 3, beam_width=1), MMTAD(draft, 3, beam_width=1))
+    ]
+    assert runs[0].tokens.tolist() == runs[1].tokens.tolist()
+    assert [s.accepted for s in runs[0].steps] == [s.accepted for s in runs[1].steps]
+
+
+@pytest.mark.parametrize("vocab, k", [(4, 2), (4, 3), (5, 2)])
+@pytest.mark.parametrize("prompt", [[1], [2, 0, 3]])
+def test_with_the_target_as_draft_and_exhaustive_beams_greedy_mmtad_accepts_the_most_likely_block(vocab, k, prompt):
+    target = tiny_model("llama", vocab_size=vocab, seed=7)
+    strategy = MMTAD(target, k, beam_width=vocab**k)  # every block of k tokens is a beam
+    result = mtdecode.generate(target, prompt, strategy, max_new_tokens=k + 1)
+    check_multi_candidate_rule(target, prompt, result, strategy, Sampler(0.0))
+    first = result.steps[0]
+    assert first.accepted == k and list(first.tokens[:k]) == oracle.most_likely_block(target, prompt, k)
+
+
+# ---- MMTAD's mutants: each breaks the rule; the rule check must catch it
+
+ACCEPT = mmtad.accept  # the real rule, which a mutant may start from
+
+
+def shallowest(log_p, beams, threshold, denominator):
+    """Wrong: the shallowest depth at which a beam passes instead of the deepest."""
+    n, winner, ratio = ACCEPT(log_p, beams, threshold, denominator)
+    passing = _passing(log_p, beams, threshold)
+    first = passing.any(1).long().argmax(1) + 1
+    at = (first - 1).clamp(min=0)
+    rows = torch.arange(log_p.shape[0])
+    winner = torch.where(passing[rows, :, at], log_p.cumsum(2)[rows, :, at], -torch.inf).argmax(1)
+    return mmtad.Outcome(torch.where(n > 0, first, 0), torch.where(n > 0, winner, 0), ratio)
+
+
+def heaviest_wins(log_p, beams, threshold, denominator):
+    """Wrong: the heaviest beam (by q) wins at the accepted depth, passing or not, instead of the largest P."""
+    n, _, ratio = ACCEPT(log_p, beams, threshold, denominator)
+    return mmtad.Outcome(n, beams.heaviest, ratio)
+
+
+def stops_at_first_failure(log_p, beams, threshold, denominator):
+    """Wrong: MTAD's prefix rule on the heaviest beam alone, with the others verified for nothing."""
+    passing = _passing(log_p, beams, threshold)[torch.arange(log_p.shape[0]), beams.heaviest]  # (batch, k)
+    n = torch.where(passing.any(1), passing.shape[1] - passing.flip(1).long().argmax(1), 0)
+    return mmtad.Outcome(n, beams.heaviest, torch.zeros(log_p.shape[0], dtype=torch.float64))
+
+
+def _passing(log_p, beams, threshold):
+    rows = torch.arange(log_p.shape[0])
+    ratio = log_p.cumsum(2) - beams.log_q.cumsum(2)[rows, beams.heaviest][:, None, :]
+    within = torch.arange(log_p.shape[2]) < beams.k[:, None]
+    return (ratio > math.log(threshold)) & within[:, None, :] & (beams.tokens >= 0)
+
+
+@pytest.mark.parametrize("mutant", [shallowest, heaviest_wins, stops_at_first_failure], ids=lambda m: m.__name__)
+def test_the_multi_candidate_check_catches_a_wrong_rule(monkeypatch, mutant):
+    monkeypatch.setattr(mmtad, "accept", mutant)
+    target, draft = pair(8, "other")
+    strategy = MMTAD(draft, 4, 4, 0.3)
+    check = functools.partial(check_multi_candidate_rule, target, [1, 2, 3], strategy=strategy, sampler=Sampler(1.0))
+    assert caught(target, strategy, lambda result: check(result=result)) > 0, (
+        f"the {mutant.__name__} mutant went unnoticed in 10 runs"
+    )
+
+
+def test_the_check_tells_the_two_denominators_apart():
+    """A run with one denominator fails the other's check on some run: the check reads the denominator."""
+    target, draft = pair(16, "noisy")
+    for run, other in [("largest", "heaviest"), ("heaviest", "largest")]:
+        strategy, checked = MMTAD(draft, 4, 4, 0.5, run), MMTAD(draft, 4, 4, 0.5, other)
+        check = functools.partial(check_multi_candidate_rule, target, [1, 2, 3], strategy=checked, sampler=Sampler(1.0))
+        assert caught(target, strategy, lambda result, check=check: check(result=result)) > 0, (
+            f"runs with the {run} block's Q all passed the check for the {other}'s"
+        )

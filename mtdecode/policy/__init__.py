@@ -18,9 +18,9 @@ all, is a policy's decision, which the strategy asks for at a few fixed points o
   guesses, with rests and tries when guesses stop paying. It never reads this step's p, so the output stays exact.
 """
 
+from mtdecode.plans import ChainPlan, TreePlan
 from mtdecode.policy.adaptive import Adaptive
 from mtdecode.policy.fixed import Fixed
-from mtdecode.policy.plans import ChainPlan, TreePlan
 
 __all__ = ["Adaptive", "ChainPlan", "Fixed", "TreePlan", "fixed_or"]
 

@@ -11,6 +11,7 @@ from mtdecode.strategies.autoregressive import Autoregressive
 from mtdecode.strategies.eagle import Eagle
 from mtdecode.strategies.jacobi import Jacobi
 from mtdecode.strategies.lookahead import Lookahead
+from mtdecode.strategies.mmtad import MMTAD
 from mtdecode.strategies.mtad import MTAD
 from mtdecode.strategies.prompt_lookup import PromptLookup
 from mtdecode.strategies.speculative import Speculative
@@ -23,6 +24,7 @@ REGISTRY: dict[str, type] = {
     "prompt_lookup": PromptLookup,
     "lookahead": Lookahead,
     "mtad": MTAD,
+    "mmtad": MMTAD,
     "eagle": Eagle,
 }
 
@@ -33,5 +35,6 @@ def needs_draft(strategy_class: type) -> bool:
 
 
 __all__ = [
-    "REGISTRY", "Autoregressive", "Eagle", "Jacobi", "Lookahead", "MTAD", "PromptLookup", "Speculative", "needs_draft",
+    "REGISTRY", "Autoregressive", "Eagle", "Jacobi", "Lookahead", "MMTAD", "MTAD", "PromptLookup", "Speculative",
+    "needs_draft",
 ]  # fmt: skip

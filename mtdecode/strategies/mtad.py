@@ -32,9 +32,9 @@ from typing import ClassVar
 import torch
 from transformers import PreTrainedModel
 
-from mtdecode.beams import BEAM_WIDTH, draft_beams, judged
+from mtdecode.beams import BEAM_WIDTH, draft_beams, judged, plain_step
 from mtdecode.model import CausalLM, Runner
-from mtdecode.plain import extend_with, prefill
+from mtdecode.plain import extend_with
 from mtdecode.policy import Adaptive, ChainPlan, Fixed, fixed_or
 from mtdecode.sampling import draw
 from mtdecode.session import Session, Step, with_new_token
@@ -108,17 +108,6 @@ def beam_draft(
     beams = draft_beams(s, draft, k, width, plan)
     y = (torch.arange(s.batch, device=s.device), beams.heaviest)  # each row's heaviest beam
     return beams.tokens[y], beams.log_q[y], beams.nodes[y], beams.k
-
-
-def plain_step(s: Session, draft: Runner) -> list[Step]:
-    """A step with no block in any row, at greedy cost: step 4's token with n = 0, without steps 2 and 3. The draft
-    rests, and reads what it missed when it next drafts."""
-    logits = prefill(s)  # (batch, vocab): one target forward over each row's unread tokens
-    token = logits.argmax(-1) if s.sampler.greedy else draw(judged(s.sampler, logits), s.random, s.active)
-    none = torch.zeros(s.batch, dtype=torch.long, device=s.device)
-    steps = s.commit(token[:, None], 1, proposals=[[]] * s.batch, log_ratios=none.double())
-    s.read_later(draft)
-    return steps
 
 
 def score_block(

@@ -6,6 +6,9 @@ every prefix with plain forward passes of both models, and asserts the acceptanc
 the accepted prefix y_1..y_n passes (P/Q > tau, or n = 0) and no longer prefix of the
 block does.
 
+`check_multi_candidate_rule` does the same for MMTAD (`mtdecode.strategies.mmtad`) over every block a step
+verified (`Step.candidates`).
+
 `check_bounded_error` compares the law of MTAD's first k tokens with exact MTJD
 (`mtdecode.oracle`) against the bound proved in docs/strategies/mtad.md.
 """
@@ -21,9 +24,13 @@ from mtdecode.beams import judged
 from mtdecode.generate import GenerationResult
 from mtdecode.model import CausalLM
 from mtdecode.sampling import Sampler
+from mtdecode.strategies import MMTAD
 from mtdecode.tensor_types import Float, Tensor
 from mtdecode.testing.distribution import block_cells, sampled_run
 from mtdecode.testing.tolerance import rounding_tolerance
+
+#: one prompt, or one prompt per row
+Prompts = Sequence[int] | Sequence[Sequence[int]]
 
 
 def prefix_log_ratios(
@@ -46,6 +53,15 @@ def batched_log_ratios(
 ) -> list[tuple[Float[Tensor, " k"], Float[Tensor, " k"]]]:
     """`prefix_log_ratios` for many (context, block) pairs: one forward per model for each group of pairs
     with the same context and block lengths."""
+    return [(log_P - log_Q, slack) for log_P, log_Q, slack in batched_log_joints(target, draft, pairs, sampler)]
+
+
+def batched_log_joints(
+    target, draft, pairs: list[tuple[list[int], list[int]]], sampler: Sampler
+) -> list[tuple[Float[Tensor, " k"], Float[Tensor, " k"], Float[Tensor, " k"]]]:
+    """For each (context, block) pair: log P(y_1..n) and log Q(y_1..n) for n = 1..k, and how far rounding alone
+    can move log P - log Q (`prefix_log_ratios`); one forward per model for each group of pairs with the same
+    context and block lengths."""
     groups: dict[tuple[int, int], list[int]] = {}
     for i, (context, block) in enumerate(pairs):
         groups.setdefault((len(context), len(block)), []).append(i)
@@ -60,20 +76,19 @@ def batched_log_ratios(
             hf = CausalLM.wrap(model).hf
             with torch.no_grad():
                 logits = hf(ids.to(hf.device)).logits[:, rows.to(hf.device)].cpu()  # (group, k, vocab)
-            logs.append(judged(sampler, logits).gather(2, tokens[..., None])[..., 0].log())
+            logs.append(judged(sampler, logits).gather(2, tokens[..., None])[..., 0].log().cumsum(1))
             for j in range(len(members)):
                 slack[j] += 2 * rounding_tolerance(model, logits[j], keys=ids.shape[1]) / temperature
         prefix = torch.arange(1, k + 1, dtype=torch.float64)
-        ratios = (logs[0] - logs[1]).cumsum(1)
         for j, i in enumerate(members):
-            out[i] = (ratios[j], slack[j] * prefix)
+            out[i] = (logs[0][j], logs[1][j], slack[j] * prefix)
     return out
 
 
 def check_threshold_rule(
     target,
     draft,
-    prompts: Sequence[int] | Sequence[Sequence[int]],
+    prompts: Prompts,
     result: GenerationResult,
     threshold: float,
     sampler: Sampler,
@@ -108,6 +123,53 @@ def check_threshold_rule(
                 )
 
 
+def check_multi_candidate_rule(
+    target, prompts: Prompts, result: GenerationResult, strategy: MMTAD, sampler: Sampler
+) -> None:
+    """Assert MMTAD's rule (`mtdecode.strategies.mmtad`) on every step of every row of `result`, from plain forward
+    passes of both models over each block the step verified (`Step.candidates`): the kept block (`Step.proposal`)
+    passes at the accepted depth n (or n = 0), with the largest P of the blocks that pass there, and no block passes
+    deeper. Its draft, tau and denominator are `strategy`'s: Q_d is the heaviest block's (any block whose joint q is
+    within rounding of the largest may be it) or the largest at depth d. Ratios within rounding of log tau, and P
+    within rounding of the winner's, are not called.
+
+    **Raises:** `AssertionError` naming the row, the step and the block that breaks the rule.
+    """
+    draft, log_tau = strategy.draft, math.log(strategy.threshold)
+    rows = [list(prompts)] if prompts and isinstance(prompts[0], int) else [list(p) for p in prompts]
+    contexts, taken, checked, pairs = [list(p) for p in rows], [0] * len(rows), [], []
+    for step in result.steps:
+        if step.candidates:
+            checked.append((step, taken[step.row], len(pairs)))
+            pairs += [(list(contexts[step.row]), list(block)) for block in step.candidates]
+        contexts[step.row] += list(step.tokens)
+        taken[step.row] += 1
+    joints = batched_log_joints(target, draft, pairs, sampler)
+    for step, i, first in checked:
+        where, n, blocks = f"row {step.row}, step {i}", step.accepted, step.candidates
+        log_P, log_Q, slack = (torch.stack(part) for part in zip(*joints[first : first + len(blocks)], strict=True))
+        tie = slack.max(0).values  # (k,): the largest rounding allowance of any block at each depth
+        assert step.proposal in blocks and step.tokens[:n] == step.proposal[:n], f"{where}: kept a block not verified"
+        heavy = log_Q[:, -1] >= log_Q[:, -1].max() - tie[-1]  # the blocks that may be the heaviest
+        bounds = log_Q[heavy] if strategy.denominator == "heaviest" else log_Q.max(0).values[None]  # (options, k)
+        if not any(_obeys(step, log_P, bound, tie, log_tau) for bound in bounds):
+            ratios = (log_P - bounds[0]).tolist()
+            raise AssertionError(f"{where}: accepted {n} tokens of {step.proposal}, but the blocks {blocks} give "
+                                 f"log P - log Q = {ratios} against log tau {log_tau:.4f}")  # fmt: skip
+
+
+def _obeys(step, log_P, bound, tie, log_tau) -> bool:
+    """Whether a step's outcome follows MMTAD's rule with this Q_d (`bound`, per depth)."""
+    n, ratio = step.accepted, log_P - bound  # (blocks, k)
+    winner = step.candidates.index(step.proposal)
+    if n > 0 and (ratio[winner, n - 1] <= log_tau - tie[n - 1] or (
+        ((ratio[:, n - 1] > log_tau + tie[n - 1]) & (log_P[:, n - 1] > log_P[winner, n - 1] + tie[n - 1])).any()
+    )):  # fmt: skip
+        return False  # the winner does not pass at n, or a block that passes there has a clearly larger P
+    cut = len(step.tokens) < n + 1  # EOS or the budget ended the step early
+    return cut or not bool((ratio[:, n:] > log_tau + tie[n:]).any())  # no block passes deeper
+
+
 @dataclass(frozen=True)
 class BoundCheck:
     """The bounded-error check of MTAD against exact MTJD (see `check_bounded_error`).
@@ -133,7 +195,7 @@ class BoundCheck:
     def __str__(self) -> str:
         verdict = "within" if self.passed else "OUTSIDE"
         return (
-            f"TV(MTAD, MTJD) = {self.measured:.4f} {verdict} the bound TV(A, MTJD) + P(E) = "
+            f"TV(M, MTJD) = {self.measured:.4f} {verdict} the bound TV(A, MTJD) + P(E) = "
             f"{self.token_by_token_gap:.4f} + {self.acceptance:.4f} (+ slack {self.slack:.4f}; "
             f"{self.samples} samples, false-alarm rate {self.false_alarm:g})"
         )
@@ -151,13 +213,15 @@ def check_bounded_error(
     false_alarm: float = 1e-3,
     batch: int = 5_000,
 ) -> BoundCheck:
-    """Compare MTAD's first k tokens with exact MTJD at the sampler's temperature (docs/strategies/mtad.md).
+    """Compare the first k tokens of MTAD or MMTAD with exact MTJD at the sampler's temperature
+    (docs/strategies/mtad.md).
 
-    The proposition there: TV(M, MTJD) <= TV(A, MTJD) + P(E), where M is the law of MTAD's first
+    The proposition there: TV(M, MTJD) <= TV(A, MTJD) + P(E), where M is the law of the strategy's first
     k tokens, A that of token-by-token sampling with the same Sampler (both enumerated exactly
-    here), and E the event that some step of MTAD accepts at least one draft token.
+    here), and E the event that some step accepts at least one draft token (of any verified block).
 
-    Every step of every run must also pass `check_threshold_rule`.
+    Every step of every run must also pass `check_threshold_rule` (MTAD) or `check_multi_candidate_rule`
+    (MMTAD, with its denominator).
 
     From N seeded runs, the empirical law M_N and the rate of E are estimated. With
     probability at least 1 - false_alarm both of these hold (each fails with probability at
@@ -178,7 +242,10 @@ def check_bounded_error(
     for start in range(0, samples, batch):  # the runs are the rows of batched calls (row b: seed start + b)
         rows = min(batch, samples - start)
         result = sampled_run(target, [list(prompt)] * rows, strategy, k, sampler, seed=start)
-        check_threshold_rule(target, draft, [list(prompt)] * rows, result, strategy.threshold, sampler)  # every step
+        if isinstance(strategy, MMTAD):  # every block a step verified
+            check_multi_candidate_rule(target, [list(prompt)] * rows, result, strategy, sampler)
+        else:
+            check_threshold_rule(target, draft, [list(prompt)] * rows, result, strategy.threshold, sampler)
         counts += torch.bincount(block_cells(result.tokens, vocab), minlength=cells).double()
         accepted = torch.zeros(rows, dtype=torch.bool)
         for step in result.steps:

@@ -26,13 +26,12 @@ from unittest import mock
 import torch
 from transformers import DynamicCache
 
-from mtdecode import verification
+from mtdecode import beams, verification
 from mtdecode.cache import cache_keyword
 from mtdecode.copying import lookup
 from mtdecode.model import CausalLM
 from mtdecode.sampling import Sampler
 from mtdecode.strategies import Lookahead, PromptLookup
-from mtdecode.strategies import mtad as mtad_strategy
 from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.testing.blackbox import SAMPLING_SETTINGS
 from mtdecode.testing.decoders import global_seed, strategy_decoder
@@ -518,7 +517,7 @@ def beam_weights_log_softmax_of_probabilities(log_scores, width, greedy, random,
     log(p / sum p): the beams are drawn with probability proportional to exp(p) rather than p, close to
     uniform. The bug of MTAD's public code in its batched path (ZongyueQin/MTAD; fixed in its tree path)."""
     probabilities = log_scores.exp()
-    return mtad_strategy.choose(torch.log_softmax(probabilities, dim=-1), width, greedy, random, rows)
+    return beams.choose(torch.log_softmax(probabilities, dim=-1), width, greedy, random, rows)
 
 
 #: mutant -> the check that must catch it at its default settings
