@@ -2,7 +2,7 @@
 included). Strategies do not import one another: what two of them share lives in a module of its own
 (`mtdecode.plain`, `mtdecode.copying`, `mtdecode.policy.rule`). The parts of the library import one another without a
 circle, so that none is hidden by a late import; the training recipes (`mtdecode.recipes`) use the library and
-nothing in it uses them."""
+nothing in it uses them. Each strategy, class and module is short enough to read at one sitting."""
 
 import ast
 from pathlib import Path
@@ -124,3 +124,41 @@ def module_exists(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except ModuleNotFoundError:
         return False
+
+
+def sizes() -> dict[str, int]:
+    """Lines per module of the library, and per class (`path:Class`)."""
+    found = {}
+    for path in LIBRARY.rglob("*.py"):
+        source, name = path.read_text(), path.relative_to(LIBRARY).as_posix()
+        found[name] = source.count("\n")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                found[f"{name}:{node.name}"] = node.end_lineno - node.lineno + 1
+    return found
+
+
+def oversized(found: dict[str, int]) -> list[str]:
+    """What is too long to read at one sitting: a strategy's file over 200 lines (EAGLE's package over 400 in all),
+    a class over 200, a module outside `mtdecode/testing/` over 500."""
+    files = {name: n for name, n in found.items() if ":" not in name}
+    eagle = sum(n for name, n in files.items() if name.startswith("strategies/eagle/"))
+    too_long = [f"strategies/eagle/: {eagle} lines" for _ in range(eagle > 400)]
+    for name, n in found.items():
+        strategy = name.startswith("strategies/") and not name.startswith("strategies/eagle/") and ":" not in name
+        limit = 200 if strategy or ":" in name else 500 if not name.startswith("testing/") else None
+        if limit is not None and n > limit:
+            too_long.append(f"{name}: {n} lines")
+    return too_long
+
+
+def test_every_strategy_and_class_reads_in_one_sitting():
+    assert oversized(sizes()) == []
+
+
+def test_the_size_check_finds_a_long_strategy_class_and_module():
+    found = {"strategies/jacobi.py": 201, "strategies/eagle/tree.py": 250, "strategies/eagle/loop.py": 151,
+             "session.py:Session": 201, "costs/curves.py": 501, "testing/mutants.py": 900, "plain.py": 500}  # fmt: skip
+    expected = ["strategies/jacobi.py: 201 lines", "strategies/eagle/: 401 lines", "session.py:Session: 201 lines",
+                "costs/curves.py: 501 lines"]  # fmt: skip
+    assert sorted(oversized(found)) == sorted(expected)

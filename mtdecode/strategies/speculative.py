@@ -195,7 +195,6 @@ def commit(
     keep = s.lengths + accepted  # cache entries to keep: the committed tokens, plus the accepted guesses
     s.target.cache.crop(keep)
     draft.cache.crop(torch.minimum(keep, draft.cache.held))
-    tokens, counts = with_new_token(guesses, accepted, new_token)
-    steps = s.commit(tokens, counts, drafted=k, accepted=accepted)
+    steps = s.commit(*with_new_token(guesses, accepted, new_token), drafted=k, accepted=accepted)
     s.read_later(draft)  # if every guess was accepted, the draft reads the last one in its next forward
     return steps
