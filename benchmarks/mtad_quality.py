@@ -1,7 +1,8 @@
-"""MTAD on the default model: perplexity of its answers and its speed, against token-by-token and speculative sampling.
+"""MTAD and MMTAD on the default model: perplexity of their answers and their speed, against token-by-token and
+speculative sampling.
 
-The same chat prompts are answered by `Autoregressive` sampling, `Speculative` sampling and
-`MTAD`, all with the same Sampler (by default the public MTAD evaluation's: temperature 1,
+The same chat prompts are answered by `Autoregressive` sampling, `Speculative` sampling, `MTAD`
+and `MMTAD`, all with the same Sampler (by default the public MTAD evaluation's: temperature 1,
 top-k 10, top-p 0.9) and the shipped distilled draft, in interleaved runs with seeds
 0, 1, ... Perplexity is exp(-mean log p) of the generated tokens under the target's
 untempered distribution, pooled over all runs (as in Qin et al.). Speed-ups are ratios of
@@ -19,7 +20,7 @@ from tqdm import tqdm
 
 import mtdecode
 from mtdecode.demo import print_table
-from mtdecode.strategies import MTAD, Autoregressive, Speculative
+from mtdecode.strategies import MMTAD, MTAD, Autoregressive, Speculative
 
 from speedup import CHAT
 
@@ -52,6 +53,9 @@ def main() -> None:
         "autoregressive": Autoregressive(),
         f"speculative (k={args.draft_tokens})": Speculative(draft, args.draft_tokens),
         f"mtad (k={args.draft_tokens}, W={args.beam_width}, tau={args.threshold})": MTAD(
+            draft, args.draft_tokens, args.beam_width, args.threshold
+        ),
+        f"mmtad (k={args.draft_tokens}, W={args.beam_width}, tau={args.threshold})": MMTAD(
             draft, args.draft_tokens, args.beam_width, args.threshold
         ),
     }
