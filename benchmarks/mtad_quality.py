@@ -5,8 +5,9 @@ The same chat prompts are answered by `Autoregressive` sampling, `Speculative` s
 and `MMTAD`, all with the same Sampler (by default the public MTAD evaluation's: temperature 1,
 top-k 10, top-p 0.9) and the shipped distilled draft, in interleaved runs with seeds
 0, 1, ... Perplexity is exp(-mean log p) of the generated tokens under the target's
-untempered distribution, pooled over all runs (as in Qin et al.). Speed-ups are ratios of
-tokens per second measured in the same process.
+untempered distribution, pooled over all runs (as in Qin et al.), with a 95% bootstrap interval
+over the answers. Speed-ups are ratios of tokens per second measured in the same process; CPU
+milliseconds per token stand in for the paper's energy per token.
 
     python benchmarks/mtad_quality.py [--rounds 2] [--new-tokens 64] [--threshold 0.5] [--draft-tokens 4]
 """
@@ -74,37 +75,59 @@ def main() -> None:
         mtdecode.generate(model, prompts[0], strategy, **{**settings, "max_new_tokens": 4})
 
     names = list(contenders)
-    seconds, tokens, forwards, log_p = (dict.fromkeys(names, 0.0) for _ in range(4))
+    seconds, cpu, forwards = (dict.fromkeys(names, 0.0) for _ in range(3))
+    answers: dict[str, list[tuple[float, int]]] = {name: [] for name in names}  # (sum of log p, tokens) per answer
     runs = [(r, i) for r in range(args.rounds) for i in range(len(prompts))]
     for r, i in tqdm(runs, desc="interleaved runs", unit="prompt"):
         shift = (r * len(prompts) + i) % len(names)
         for name in names[shift:] + names[:shift]:  # rotate who goes first
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             result = mtdecode.generate(model, prompts[i], contenders[name], **settings, seed=r * len(prompts) + i)
             seconds[name] += time.perf_counter() - start
+            cpu[name] += time.process_time() - start_cpu
             answer = result.tokens[0].tolist()
-            tokens[name] += len(answer)
             forwards[name] += result.stats.target_forwards
-            log_p[name] += log_likelihood(model, prompts[i], answer)
+            answers[name].append((log_likelihood(model, prompts[i], answer), len(answer)))
 
+    tokens = {name: sum(n for _, n in answers[name]) for name in names}
     speed = {name: tokens[name] / seconds[name] for name in names}
-    rows = [
-        (
+    rows = []
+    for name in names:
+        low, high = perplexity_interval(answers[name])
+        rows.append((
             name,
-            f"{math.exp(-log_p[name] / tokens[name]):.2f}",
+            f"{perplexity(answers[name]):.2f} [{low:.2f}, {high:.2f}]",
             f"{speed[name]:.1f}",
             f"{speed[name] / speed[names[0]]:.2f}x",
             f"{speed[name] / speed[names[1]]:.2f}x",
             f"{tokens[name] / forwards[name]:.2f}",
-        )
-        for name in names
-    ]
+            f"{1000 * cpu[name] / tokens[name]:.0f}",
+        ))  # fmt: skip
     print(
-        f"\n{len(runs)} runs x at most {args.new_tokens} new tokens; temperature {args.temperature}, "
-        f"top-k {args.top_k}, top-p {args.top_p}; interleaved"
+        f"\n{len(runs)} answers per strategy, at most {args.new_tokens} new tokens each; temperature "
+        f"{args.temperature}, top-k {args.top_k}, top-p {args.top_p}; interleaved. Perplexity with its 95% interval "
+        f"(bootstrap over answers). Energy: CPU milliseconds per token, a stand-in for joules (no RAPL counters read)"
     )
-    header = ("strategy", "perplexity", "tokens/s", "vs autoregressive", "vs speculative", "tokens/target forward")
+    header = ("strategy", "perplexity [95%]", "tokens/s", "vs autoregressive", "vs speculative",
+              "tokens/target forward", "CPU ms/token")  # fmt: skip
     print_table(header, rows)
+
+
+def perplexity(answers: list[tuple[float, int]]) -> float:
+    """exp(-mean log p) over every generated token of the answers, pooled (as in Qin et al.)."""
+    return math.exp(-sum(log_p for log_p, _ in answers) / sum(n for _, n in answers))
+
+
+def perplexity_interval(answers: list[tuple[float, int]], resamples: int = 2000) -> tuple[float, float]:
+    """A 95% interval for the pooled perplexity: the 2.5% and 97.5% quantiles over `resamples` bootstrap samples of
+    the answers (seeded: the interval repeats)."""
+    generator = torch.Generator().manual_seed(0)
+    log_p = torch.tensor([value for value, _ in answers], dtype=torch.float64)
+    counts = torch.tensor([n for _, n in answers], dtype=torch.float64)
+    picks = torch.randint(len(answers), (resamples, len(answers)), generator=generator)
+    samples = torch.exp(-log_p[picks].sum(1) / counts[picks].sum(1).clamp(min=1))
+    low, high = torch.quantile(samples, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    return low, high
 
 
 if __name__ == "__main__":
