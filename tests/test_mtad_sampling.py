@@ -90,7 +90,9 @@ def test_mmtad_stays_within_the_bound(vocab, threshold, temperature, width, deno
 
 def test_mmtad_accepts_more_often_than_mtad_and_the_bound_stays_informative():
     """On the not-vacuous case, MMTAD's W beams pass more often than MTAD's heaviest (a larger P(E)), and its
-    error is still a large part of a bound below 1."""
+    error is still a large part of a bound below 1. Each rate is a seeded estimate from 4,000 runs, within 0.031 of
+    its true value except with probability 1e-3 (Hoeffding); with the default denominator MTAD's test of the
+    heaviest beam is one of MMTAD's, so MMTAD's true rate is the larger."""
     single, multi = (check(4, 3, (2, 2, 0.5), Sampler(0.7), kind) for kind in (MTAD, MMTAD))
     assert single.passed and multi.passed, f"{single}; {multi}"
     assert multi.acceptance > single.acceptance
