@@ -1,15 +1,16 @@
 """MTAD and MMTAD on the default model: perplexity of their answers and their speed, against token-by-token and
 speculative sampling.
 
-The same chat prompts are answered by `Autoregressive` sampling, `Speculative` sampling, `MTAD`
-and `MMTAD`, all with the same Sampler (by default the public MTAD evaluation's: temperature 1,
-top-k 10, top-p 0.9) and the shipped distilled draft, in interleaved runs with seeds
-0, 1, ... Perplexity is exp(-mean log p) of the generated tokens under the target's
-untempered distribution, pooled over all runs (as in Qin et al.), with a 95% bootstrap interval
-over the answers. Speed-ups are ratios of tokens per second measured in the same process; CPU
-milliseconds per token stand in for the paper's energy per token.
+Held-out chat prompts (`mtdecode.recipes.prompts.held_out_prompts`, which neither the draft nor the head was trained
+on) are answered by `Autoregressive` sampling, `Speculative` sampling, `MTAD` and `MMTAD` with the shipped distilled
+draft as q, and `MTAD` and `MMTAD` with the shipped EAGLE head as q (no second model), all with the same Sampler (by
+default the public MTAD evaluation's: temperature 1, top-k 10, top-p 0.9). Each prompt is answered once per
+contender with its own seed, the contenders back to back in a rotating order (interleaved). Perplexity is
+exp(-mean log p) of the generated tokens under the target's untempered distribution, pooled over the answers (as in
+Qin et al.), with a 95% bootstrap interval over the answers. Speed-ups are ratios of tokens per second measured in
+the same process; CPU milliseconds per token stand in for the paper's energy per token.
 
-    python benchmarks/mtad_quality.py [--rounds 2] [--new-tokens 64] [--threshold 0.5] [--draft-tokens 4]
+    python benchmarks/mtad_quality.py [--answers 96] [--new-tokens 64] [--threshold 0.5] [--draft-tokens 4]
 """
 
 import argparse
@@ -21,9 +22,9 @@ from tqdm import tqdm
 
 import mtdecode
 from mtdecode.demo import print_table
+from mtdecode.recipes.prompts import held_out_prompts
 from mtdecode.strategies import MMTAD, MTAD, Autoregressive, Speculative
-
-from speedup import CHAT
+from mtdecode.zoo.eagle import shipped_head
 
 
 def log_likelihood(model, prompt: list[int], answer: list[int]) -> float:
@@ -38,7 +39,7 @@ def log_likelihood(model, prompt: list[int], answer: list[int]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--answers", type=int, default=96, help="held-out prompts, each answered once")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=10)
@@ -49,21 +50,24 @@ def main() -> None:
     args = parser.parse_args()
 
     model, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
-    draft = mtdecode.load_model(mtdecode.DRAFT_MODEL)
+    draft, head = mtdecode.load_model(mtdecode.DRAFT_MODEL), shipped_head(model)
+    k, width, tau = args.draft_tokens, args.beam_width, args.threshold
     contenders = {
         "autoregressive": Autoregressive(),
-        f"speculative (k={args.draft_tokens})": Speculative(draft, args.draft_tokens),
-        f"mtad (k={args.draft_tokens}, W={args.beam_width}, tau={args.threshold})": MTAD(
-            draft, args.draft_tokens, args.beam_width, args.threshold
-        ),
-        f"mmtad (k={args.draft_tokens}, W={args.beam_width}, tau={args.threshold})": MMTAD(
-            draft, args.draft_tokens, args.beam_width, args.threshold
-        ),
+        f"speculative (k={k})": Speculative(draft, k),
+        f"mtad (k={k}, W={width}, tau={tau})": MTAD(draft, k, width, tau),
+        f"mmtad (k={k}, W={width}, tau={tau})": MMTAD(draft, k, width, tau),
+        f"mtad, head as q (k={k}, W={width}, tau={tau})": MTAD(head, k, width, tau),
+        f"mmtad, head as q (k={k}, W={width}, tau={tau})": MMTAD(head, k, width, tau),
     }
+    chat = held_out_prompts()
+    if not 1 <= args.answers <= len(chat):
+        raise SystemExit(f"--answers must be between 1 and {len(chat)} (the held-out chat prompts)")
     prompts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)["input_ids"]
-        for p in CHAT
-    ]
+        tokenizer.apply_chat_template([{"role": "user", "content": chat[i * len(chat) // args.answers]}],
+                                      add_generation_prompt=True)["input_ids"]
+        for i in range(args.answers)
+    ]  # fmt: skip
     settings = dict(
         max_new_tokens=args.new_tokens,
         temperature=args.temperature,
@@ -77,12 +81,11 @@ def main() -> None:
     names = list(contenders)
     seconds, cpu, forwards = (dict.fromkeys(names, 0.0) for _ in range(3))
     answers: dict[str, list[tuple[float, int]]] = {name: [] for name in names}  # (sum of log p, tokens) per answer
-    runs = [(r, i) for r in range(args.rounds) for i in range(len(prompts))]
-    for r, i in tqdm(runs, desc="interleaved runs", unit="prompt"):
-        shift = (r * len(prompts) + i) % len(names)
+    for i in tqdm(range(len(prompts)), desc="interleaved answers", unit="prompt"):
+        shift = i % len(names)
         for name in names[shift:] + names[:shift]:  # rotate who goes first
             start, start_cpu = time.perf_counter(), time.process_time()
-            result = mtdecode.generate(model, prompts[i], contenders[name], **settings, seed=r * len(prompts) + i)
+            result = mtdecode.generate(model, prompts[i], contenders[name], **settings, seed=i)
             seconds[name] += time.perf_counter() - start
             cpu[name] += time.process_time() - start_cpu
             answer = result.tokens[0].tolist()
@@ -104,7 +107,7 @@ def main() -> None:
             f"{1000 * cpu[name] / tokens[name]:.0f}",
         ))  # fmt: skip
     print(
-        f"\n{len(runs)} answers per strategy, at most {args.new_tokens} new tokens each; temperature "
+        f"\n{len(prompts)} answers per strategy, at most {args.new_tokens} new tokens each; temperature "
         f"{args.temperature}, top-k {args.top_k}, top-p {args.top_p}; interleaved. Perplexity with its 95% interval "
         f"(bootstrap over answers). Energy: CPU milliseconds per token, a stand-in for joules (no RAPL counters read)"
     )

@@ -7,14 +7,16 @@ from typing import NamedTuple
 
 import torch
 from einops import rearrange, reduce, repeat
+from transformers import PreTrainedModel
 
 from mtdecode import masks
-from mtdecode.model import Runner
+from mtdecode.model import CausalLM, Runner
 from mtdecode.plain import prefill
 from mtdecode.plans import ChainPlan
 from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session, Step
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
+from mtdecode.zoo.eagle import EagleHead, HeadQ
 
 #: MTAD's default number of beams kept per depth, W
 BEAM_WIDTH = 4
@@ -85,8 +87,50 @@ class Beams(NamedTuple):
     parents: Int[Tensor, "batch entries"]
 
 
+class ModelQ:
+    """q from a draft model (any causal LM that shares the target's vocabulary): its runner reads the committed
+    tokens itself, and its cache keeps the accepted beam's entries."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def ready(self, s: Session) -> Bool[Tensor, " batch"]:
+        """Every row: a draft model reads what it lacks itself."""
+        return torch.ones(s.batch, dtype=torch.bool, device=s.device)
+
+    def read(self, s: Session) -> Float[Tensor, "batch vocab"]:
+        """q's logits after x0: one draft forward over each row's committed tokens that it has not read (x0 last)."""
+        logits = self.runner.extend(s.unread(self.runner), logits_to_keep=1)[:, -1]
+        self.runner.cache.commit()
+        return logits
+
+    def children(
+        self,
+        tokens: Int[Tensor, "batch beam"],
+        offsets: Int[Tensor, "batch beam"],
+        sees: Bool[Tensor, "batch beam seen"],
+        previous: Int[Tensor, "batch beam"],
+    ) -> Float[Tensor, "batch beam vocab"]:
+        """q's logits after each beam's newest token, fed as a child of the beam's `previous` pending entry (the
+        tree mask `sees` says so already; -1: a child of x0)."""
+        return self.runner.forward(tokens, offsets, sees)
+
+    def keep(self, path: Int[Tensor, "batch kept"]) -> None:
+        """Keep the pending entries on the accepted path (-1 pads)."""
+        self.runner.cache.keep(path)
+
+
+#: q for beam drafting: a draft model's, or a feature head's (`mtdecode.zoo.eagle.HeadQ`)
+Q = ModelQ | HeadQ
+
+
+def beam_q(s: Session, draft: CausalLM | PreTrainedModel | EagleHead) -> Q:
+    """q for this session: from a feature head (an `EagleHead`, reading the target's features) or a draft model."""
+    return HeadQ(s, draft) if isinstance(draft, EagleHead) else ModelQ(s.draft_runner(draft))
+
+
 def deepen(
-    s: Session, draft: Runner, beams: Beams, width: int, rows: Bool[Tensor, " batch"]
+    s: Session, q: Q, beams: Beams, width: int, rows: Bool[Tensor, " batch"]
 ) -> tuple[Int[Tensor, "batch beam depth"], Float[Tensor, "batch beam depth"], Int[Tensor, "batch beam fed"],
            Int[Tensor, "batch entries"]]:  # fmt: skip
     """One more depth of beam sampling (beam search when greedy): one draft forward over each beam's newest token,
@@ -100,7 +144,7 @@ def deepen(
     parents = torch.cat([parents, previous], dim=1)
     sees = masks.tree(parents)[:, -count:]  # (batch, W, pending + W)
     offsets = masks.tree_positions(parents)[:, -count:]  # (batch, W): the depth below the committed tokens
-    logits = draft.forward(tokens[:, :, -1].clamp(min=0), offsets, sees)  # (batch, W, vocab)
+    logits = q.children(tokens[:, :, -1].clamp(min=0), offsets, sees, previous)  # (batch, W, vocab)
     next_log_q, scores = score_children(s.sampler, logits, log_q)  # every (beam, token) pair scored
     picks = choose(scores, width, s.sampler.greedy, s.random, rows)  # (batch, W)
     pair = picks.clamp(min=0)
@@ -127,11 +171,11 @@ class Drafted(NamedTuple):
     k: Int[Tensor, " batch"]
 
 
-def draft_beams(s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int, plan: ChainPlan) -> Drafted:
+def draft_beams(s: Session, q: Q, k: Int[Tensor, " batch"], width: int, plan: ChainPlan) -> Drafted:
     """Step 1: beam sampling (beam search when greedy) over the draft's joint distribution, W beams per row, to
     depth k[b]. The `plan` may stop a row at a depth below k[b] (where the heaviest beam's newest token is too
-    unsure to pay for another depth; q's probabilities only)."""
-    k = torch.where(plan.first(k > 0, [len(row) for row in s.unread(draft)]), k, 0)
+    unsure to pay for another depth; q's probabilities only); a row that q cannot read yet drafts nothing."""
+    k = torch.where(plan.first(k > 0, [len(row) for row in s.unread(q.runner)]) & q.ready(s), k, 0)
     batch, depth = s.batch, int(k.max())
     drafted = Drafted(
         torch.full((batch, width, depth), -1, dtype=torch.long, device=s.device),
@@ -142,8 +186,7 @@ def draft_beams(s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int,
     )
     if depth == 0:
         return drafted
-    first_log_q = log_of(judged(s.sampler, draft.extend(s.unread(draft), logits_to_keep=1)[:, -1]))  # (batch, vocab)
-    draft.cache.commit()  # the unread tokens are committed tokens
+    first_log_q = log_of(judged(s.sampler, q.read(s)))  # (batch, vocab)
     picks = choose(first_log_q, width, s.sampler.greedy, s.random, s.active & (k > 0))  # depth 1: (batch, W)
     first = first_log_q.gather(1, picks.clamp(min=0)).masked_fill(picks < 0, -torch.inf)  # (batch, beam)
     beams = Beams(
@@ -165,18 +208,18 @@ def draft_beams(s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int,
         drafted.heaviest[done] = heaviest[done]
         if d >= int(k.max()):
             break
-        beams = Beams(*deepen(s, draft, beams, width, s.active & (k > d)))  # a draft forward
+        beams = Beams(*deepen(s, q, beams, width, s.active & (k > d)))  # a draft forward
     used = int(k.max())
     tokens, log_q, nodes = (part[..., :used] for part in drafted[:3])
     return Drafted(tokens, log_q, nodes, drafted.heaviest, k)
 
 
-def plain_step(s: Session, draft: Runner) -> list[Step]:
+def plain_step(s: Session, q: Q) -> list[Step]:
     """A step with no block in any row, at greedy cost: the target's own token after x0 (n = 0, step 4 of MTAD and
     MMTAD), with no log P/Q to record. The draft rests, and reads what it missed when it next drafts."""
     logits = prefill(s)  # (batch, vocab): one target forward over each row's unread tokens
     token = logits.argmax(-1) if s.sampler.greedy else draw(judged(s.sampler, logits), s.random, s.active)
     none = torch.zeros(s.batch, dtype=torch.float64, device=s.device)
     steps = s.commit(token[:, None], 1, proposals=[[]] * s.batch, log_ratios=none)
-    s.read_later(draft)
+    s.read_later(q.runner)
     return steps

@@ -30,6 +30,11 @@ chain's verification, they are at the front already and only the columns are cut
 when holes make up more than half of the columns, every row is packed. A long batched run
 therefore never keeps every rejected guess's entry: the cache has at most about twice the
 columns of its longest row. A batch of one never has holes.
+
+A cache may also **carry features** (`carry_features`): the model's top hidden state beside each
+entry's keys and values, kept, packed and dropped with them, so that a feature-level draft (an
+EAGLE head drafting for MTAD) can read the target's features at the tokens it committed
+(`committed_features`), whichever operation resolved them.
 """
 
 import contextlib
@@ -83,6 +88,9 @@ class KVCache:
         if batch is not None:  # else the first forward tells
             self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)
             self.positions = torch.zeros(batch, 0, dtype=torch.long, device=device)
+        #: each column's feature (`carry_features`; None: the cache carries none)
+        self.features: Float[Tensor, "batch columns hidden"] | None = None
+        self.carries_features = False
 
     # ---------------------------------------------------------------- reading
 
@@ -108,7 +116,32 @@ class KVCache:
         """Valid entries each row holds, committed or pending."""
         return self.valid.sum(1)
 
+    def committed_features(self, start: Int[Tensor, " batch"]) -> list[Float[Tensor, "_entries hidden"]]:
+        """Row b's features at its committed entries from position `start[b]` on, in order of position."""
+        if self.features is None:
+            raise ValueError("the cache carries no features: call carry_features() before the first forward")
+        committed = slice(0, self.committed)
+        wanted = self.valid[:, committed] & (self.positions[:, committed] >= start[:, None])  # (batch, committed)
+        order = torch.where(wanted, self.positions[:, committed], torch.iinfo(torch.long).max).argsort(1)
+        return [self.features[b, order[b, : int(n)]] for b, n in enumerate(wanted.sum(1).tolist())]
+
     # ---------------------------------------------------------------- writing
+
+    def carry_features(self) -> None:
+        """From the next forward on, keep each new entry's feature (`add_features`) beside its keys and values.
+
+        **Raises:** `ValueError` if the cache already holds columns (their features are unknown)."""
+        if self.columns:
+            raise ValueError(f"carry_features() must come before the first forward; the cache holds {self.columns}")
+        self.carries_features = True
+
+    def add_features(self, features: Float[Tensor, "batch new hidden"]) -> None:
+        """The features of the columns the last forward appended (`record`), in the same order."""
+        if not self.carries_features:
+            return
+        self.features = features if self.features is None else torch.cat([self.features, features], dim=1)
+        if self.features.shape[1] != self.columns:
+            raise RuntimeError(f"the cache holds {self.columns} columns but features for {self.features.shape[1]}")
 
     def record(self, positions: Int[Tensor, "batch new"], valid: Bool[Tensor, "batch new"]) -> None:
         """Note the positions and validity of the columns a forward pass just appended (pending)."""
@@ -219,6 +252,9 @@ class KVCache:
             # (DeepSeek's compressed attention caches wider keys than values), so each gets its own index.
             layer.keys = _packed(layer.keys, source, start, end)
             layer.values = _packed(layer.values, source, start, end)
+        if self.features is not None:
+            picked = self.features.gather(1, source[:, :, None].expand(-1, -1, self.features.shape[2]))
+            self.features = torch.cat([self.features[:, :start], picked], dim=1)
         self.valid = torch.cat([self.valid[:, :start], valid], dim=1)
         self.positions = torch.cat([self.positions[:, :start], positions], dim=1)
         self.committed = self.columns
@@ -235,6 +271,8 @@ class KVCache:
                 layer.keys = layer.keys[:, :, :end]
                 layer.values = layer.values[:, :, :end]
             self.valid, self.positions = self.valid[:, :end], self.positions[:, :end]
+            if self.features is not None:
+                self.features = self.features[:, :end]
             self.committed = min(self.committed, end)
 
     def _layers(self) -> list[DynamicLayer]:

@@ -278,6 +278,8 @@ class Runner:
 
         Logits `(batch, rows, vocab)`.
         """
+        if self.cache.carries_features:  # a feature head drafts from this model: its cache keeps them too
+            return self.forward_features(tokens, offsets, sees, pad=pad, logits_to_keep=logits_to_keep)[0]
         positions, mask, real = self.place(tokens, offsets, sees, pad)
         self.forwards += 1
         return self.model.forward(
@@ -297,9 +299,11 @@ class Runner:
         (`CausalLM.forward_features`)."""
         positions, mask, real = self.place(tokens, offsets, sees, pad)
         self.forwards += 1
-        return self.model.forward_features(
+        logits, features = self.model.forward_features(
             tokens, positions, mask, self.cache, valid=real, read=self._read(real), logits_to_keep=logits_to_keep
         )
+        self.cache.add_features(features)
+        return logits, features
 
     def _read(self, real: Bool[Tensor, "batch new"]) -> Bool[Tensor, "batch new"]:
         """The new tokens whose outputs are read: the real ones, in the rows read (`rows_read`)."""

@@ -33,13 +33,14 @@ from einops import rearrange, repeat
 from transformers import PreTrainedModel
 
 from mtdecode import masks
-from mtdecode.beams import BEAM_WIDTH, Drafted, draft_beams, judged, plain_step
-from mtdecode.model import CausalLM, Runner, left_pad
+from mtdecode.beams import BEAM_WIDTH, Drafted, Q, beam_q, draft_beams, judged, plain_step
+from mtdecode.model import CausalLM, left_pad
 from mtdecode.policy import Fixed
 from mtdecode.sampling import draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.strategy import check_counts
 from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.zoo.eagle import EagleHead
 
 #: the block length of the paper's examples, k
 BLOCK = 4
@@ -51,7 +52,8 @@ class MMTAD:
 
     **Arguments:**
 
-    - `draft`: the auxiliary model q; it must share the target's vocabulary and device.
+    - `draft`: the auxiliary model q, sharing the target's vocabulary and device; or an `EagleHead` trained for the
+      target, whose distributions are q (`mtdecode.zoo.eagle.HeadQ`; no second model).
     - `num_draft_tokens`: k, the block length (at least 1; 4 in the paper's examples).
     - `beam_width`: W, beams kept per depth and verified (at least 1; 4 in the paper's examples).
     - `threshold`: tau > 0 (0.5 in the paper's examples; 0.3 also used).
@@ -59,7 +61,7 @@ class MMTAD:
       `"largest"` (the largest joint over the beams at depth d).
     """
 
-    draft: CausalLM | PreTrainedModel
+    draft: CausalLM | PreTrainedModel | EagleHead
     num_draft_tokens: int = BLOCK
     beam_width: int = BEAM_WIDTH
     threshold: float = 0.5
@@ -75,19 +77,19 @@ class MMTAD:
             raise ValueError(f'denominator must be "heaviest" or "largest", got {self.denominator!r}')
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
-        draft = s.draft_runner(self.draft)
+        q = beam_q(s, self.draft)  # a draft model's runner, or a feature head's
         plan = Fixed(self.num_draft_tokens)
         while not s.done:
             k = s.budget(plan.most)  # (batch,): the step adds one token of its own
-            beams = draft_beams(s, draft, k, self.beam_width, plan)  # step 1
+            beams = draft_beams(s, q, k, self.beam_width, plan)  # step 1
             if beams.tokens.shape[2] == 0:  # no row can draft: its budget has one token left
-                yield plain_step(s, draft)
+                yield plain_step(s, q)
                 continue
             p = score_beams(s, beams.tokens)  # step 2: (batch, 1 + W k, vocab)
             log_p = beam_log_p(p, beams.tokens)
             outcome = accept(log_p, beams, self.threshold, self.denominator)  # step 3
             new_token = extend(s, p, outcome, beams.tokens.shape[2])  # step 4
-            yield commit(s, draft, beams, outcome, new_token)  # step 5
+            yield commit(s, q, beams, outcome, new_token)  # step 5
 
 
 def score_beams(s: Session, tokens: Int[Tensor, "batch beam k"]) -> Float[Tensor, "batch fed vocab"]:
@@ -158,7 +160,7 @@ def extend(s: Session, p: Float[Tensor, "batch fed vocab"], outcome: Outcome, k:
     return p_next.argmax(-1) if s.sampler.greedy else draw(p_next, s.random, s.active)
 
 
-def commit(s: Session, draft: Runner, beams: Drafted, outcome: Outcome, new_token: Int[Tensor, " batch"]) -> list[Step]:
+def commit(s: Session, q: Q, beams: Drafted, outcome: Outcome, new_token: Int[Tensor, " batch"]) -> list[Step]:
     """Step 5: the target keeps its context and the winner's accepted nodes, the draft the winner's path; commit.
     Each step records every beam the target verified (`Step.candidates`) and the winner's (`Step.proposal`)."""
     accepted, winner, log_ratio = outcome
@@ -168,11 +170,11 @@ def commit(s: Session, draft: Runner, beams: Drafted, outcome: Outcome, new_toke
     nodes = context + winner[:, None] * depth + torch.arange(depth, device=s.device)  # the winner's, in the forward
     columns = repeat(torch.arange(context, device=s.device), "context -> batch context", batch=s.batch)
     s.target.cache.keep(torch.cat([columns, torch.where(kept, nodes, -1)], dim=1))
-    draft.cache.keep(torch.where(kept, beams.nodes[rows, winner], -1))  # the accepted beam tokens the draft read
+    q.keep(torch.where(kept, beams.nodes[rows, winner], -1))  # the accepted beam tokens the draft read
     tokens, counts = with_new_token(beams.tokens[rows, winner].clamp(min=0), accepted, new_token)
     blocks = [[beam[:k] for beam in row] for row, k in zip(beams.tokens.tolist(), beams.k.tolist(), strict=True)]
     steps = s.commit(tokens, counts, drafted=beams.k, accepted=accepted, log_ratios=log_ratio,
                      proposals=[row[w] for row, w in zip(blocks, winner.tolist(), strict=True)],
                      candidates=[[beam for beam in row if beam and min(beam) >= 0] for row in blocks])  # fmt: skip
-    s.read_later(draft)  # if a whole block was accepted, the draft reads its last token in its next forward
+    s.read_later(q.runner)  # if a whole block was accepted, the draft reads its last token in its next forward
     return steps

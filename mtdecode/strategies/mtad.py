@@ -32,14 +32,15 @@ from typing import ClassVar
 import torch
 from transformers import PreTrainedModel
 
-from mtdecode.beams import BEAM_WIDTH, draft_beams, judged, plain_step
-from mtdecode.model import CausalLM, Runner
+from mtdecode.beams import BEAM_WIDTH, Q, beam_q, draft_beams, judged, plain_step
+from mtdecode.model import CausalLM
 from mtdecode.plain import extend_with
 from mtdecode.policy import Adaptive, ChainPlan, Fixed, fixed_or
 from mtdecode.sampling import draw
 from mtdecode.session import Session, Step, with_new_token
 from mtdecode.strategy import check_counts
 from mtdecode.tensor_types import Float, Int, Tensor
+from mtdecode.zoo.eagle import EagleHead
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ class MTAD:
 
     **Arguments:**
 
-    - `draft`: the auxiliary model q; it must share the target's vocabulary and device.
+    - `draft`: the auxiliary model q, sharing the target's vocabulary and device; or an `EagleHead` trained for the
+      target, whose distributions are q (`mtdecode.zoo.eagle.HeadQ`; no second model; k must then be fixed).
     - `num_draft_tokens`: a fixed block length k (at least 1); None: as `policy` decides.
     - `beam_width`: W, beams kept per depth (at least 1).
     - `threshold`: tau > 0; a prefix is accepted if P(y_1..n) / Q(y_1..n) > tau.
@@ -57,7 +59,7 @@ class MTAD:
       costing a depth of the beams (a draft forward over W tokens per row, then their children's scores).
     """
 
-    draft: CausalLM | PreTrainedModel
+    draft: CausalLM | PreTrainedModel | EagleHead
     num_draft_tokens: int | None = None
     beam_width: int = BEAM_WIDTH
     threshold: float = 0.5
@@ -70,21 +72,23 @@ class MTAD:
         check_counts(self, ("num_draft_tokens", "beam_width", "max_draft_tokens"), optional=["num_draft_tokens"])
         if not (isinstance(self.threshold, int | float) and math.isfinite(self.threshold) and self.threshold > 0):
             raise ValueError(f"threshold must be a number > 0, got {self.threshold!r}")
+        if isinstance(self.draft, EagleHead) and self.num_draft_tokens is None and isinstance(self.policy, Adaptive):
+            raise ValueError("MTAD with an EagleHead as q needs num_draft_tokens (the adaptive policy measures drafts)")
 
     def decode(self, s: Session) -> Iterator[list[Step]]:
-        draft = s.draft_runner(self.draft)
+        q = beam_q(s, self.draft)  # a draft model's runner, or a feature head's
         rows = torch.arange(s.batch, device=s.device)
-        plan = fixed_or(self.num_draft_tokens, self.policy).beams(s, draft, width=self.beam_width,
+        plan = fixed_or(self.num_draft_tokens, self.policy).beams(s, q.runner, width=self.beam_width,
                                                                    most=self.max_draft_tokens)  # fmt: skip
         while not s.done:
             k = s.budget(plan.most)  # (batch,): the step adds one token of its own
-            if plan.rests(k > 0, list(map(len, s.unread(draft)))):
-                yield plain_step(s, draft)
+            if plan.rests(k > 0, list(map(len, s.unread(q.runner)))):
+                yield plain_step(s, q)
                 continue
-            block, log_q, path, k = beam_draft(s, draft, k, self.beam_width, plan)  # step 1
+            block, log_q, path, k = beam_draft(s, q, k, self.beam_width, plan)  # step 1
             if block.shape[1] == 0:  # no row drafted
                 plan.record(k, torch.zeros_like(k))
-                yield plain_step(s, draft)
+                yield plain_step(s, q)
                 continue
             log_p, last = score_block(s, block)  # step 2
             n = accepted_length(log_p, log_q, k, self.threshold)  # step 3
@@ -93,11 +97,11 @@ class MTAD:
             new_token = p_next.argmax(-1) if s.sampler.greedy else draw(p_next, s.random, s.active)  # step 4
             accepted = torch.arange(block.shape[1], device=s.device) < n[:, None]
             ratio = ((log_p - log_q) * accepted).sum(1)  # log P/Q of the accepted prefix
-            yield commit(s, draft, path, block, accepted=n, new_token=new_token, k=k, log_ratio=ratio)  # step 5
+            yield commit(s, q, path, block, accepted=n, new_token=new_token, k=k, log_ratio=ratio)  # step 5
 
 
 def beam_draft(
-    s: Session, draft: Runner, k: Int[Tensor, " batch"], width: int, plan: ChainPlan
+    s: Session, q: Q, k: Int[Tensor, " batch"], width: int, plan: ChainPlan
 ) -> tuple[Int[Tensor, "batch k"], Float[Tensor, "batch k"], Int[Tensor, "batch k"], Int[Tensor, " batch"]]:
     """Step 1: beam sampling (beam search when greedy) over the draft's joint distribution, per row
     (`mtdecode.beams.draft_beams`; the `plan` may stop a row below k[b]), and y, the heaviest beam.
@@ -105,7 +109,7 @@ def beam_draft(
     **Returns:** each row's heaviest beam after its k[b] tokens (padded with -1 to the widest row), their per-token
     log q, the draft-cache nodes of the beam's first k[b] - 1 tokens (the last never fed; -1 pads), and k itself.
     """
-    beams = draft_beams(s, draft, k, width, plan)
+    beams = draft_beams(s, q, k, width, plan)
     y = (torch.arange(s.batch, device=s.device), beams.heaviest)  # each row's heaviest beam
     return beams.tokens[y], beams.log_q[y], beams.nodes[y], beams.k
 
@@ -136,7 +140,7 @@ def accepted_length(
 
 def commit(
     s: Session,
-    draft: Runner,
+    q: Q,
     path: Int[Tensor, "batch k"],
     block: Int[Tensor, "batch k"],
     *,
@@ -148,9 +152,9 @@ def commit(
     """Step 5: keep the accepted tokens' entries in both caches, commit, let the draft catch up."""
     s.target.cache.crop(s.lengths + accepted)
     kept = torch.arange(path.shape[1], device=s.device) < accepted[:, None]
-    draft.cache.keep(torch.where(kept, path, -1))  # the accepted beam tokens the draft has read, in order
+    q.keep(torch.where(kept, path, -1))  # the accepted beam tokens the draft has read, in order
     tokens, counts = with_new_token(block.clamp(min=0), accepted, new_token)
     proposals = [row[:n] for row, n in zip(block.tolist(), k.tolist(), strict=True)]
     steps = s.commit(tokens, counts, drafted=k, accepted=accepted, proposals=proposals, log_ratios=log_ratio)
-    s.read_later(draft)  # if every guess was accepted, the draft reads the last in its next forward
+    s.read_later(q.runner)  # if every guess was accepted, the draft reads the last in its next forward
     return steps

@@ -22,12 +22,13 @@ import torch
 from mtdecode import oracle
 from mtdecode.beams import judged
 from mtdecode.generate import GenerationResult
-from mtdecode.model import CausalLM
+from mtdecode.model import CausalLM, Runner
 from mtdecode.sampling import Sampler
 from mtdecode.strategies import MMTAD
-from mtdecode.tensor_types import Float, Tensor
+from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.testing.distribution import block_cells, sampled_run
 from mtdecode.testing.tolerance import rounding_tolerance
+from mtdecode.zoo.eagle import EagleHead, over_vocabulary
 
 #: one prompt, or one prompt per row
 Prompts = Sequence[int] | Sequence[Sequence[int]]
@@ -73,9 +74,12 @@ def batched_log_joints(
         tokens = ids[:, width:]  # (group, k)
         logs, slack = [], torch.zeros(len(members), dtype=torch.float64)
         for model in (target, draft):
-            hf = CausalLM.wrap(model).hf
-            with torch.no_grad():
-                logits = hf(ids.to(hf.device)).logits[:, rows.to(hf.device)].cpu()  # (group, k, vocab)
+            if isinstance(model, EagleHead):  # q from a head reads the target's features: the target's rounding
+                logits, model = head_logits(target, model, ids, width), target
+            else:
+                hf = CausalLM.wrap(model).hf
+                with torch.no_grad():
+                    logits = hf(ids.to(hf.device)).logits[:, rows.to(hf.device)].cpu()  # (group, k, vocab)
             logs.append(judged(sampler, logits).gather(2, tokens[..., None])[..., 0].log().cumsum(1))
             for j in range(len(members)):
                 slack[j] += 2 * rounding_tolerance(model, logits[j], keys=ids.shape[1]) / temperature
@@ -83,6 +87,25 @@ def batched_log_joints(
         for j, i in enumerate(members):
             out[i] = (logs[0][j], logs[1][j], slack[j] * prefix)
     return out
+
+
+def head_logits(target, head: EagleHead, ids: Int[Tensor, "group fed"], width: int) -> Float[Tensor, "group k vocab"]:
+    """q's logits for each token after the first `width` of `ids`, as a head drafts a beam (`mtdecode.zoo.eagle.HeadQ`),
+    from plain forwards: the target's features at the context, the head over them (its prediction for x0's
+    position), then, token by token, the block's token fed with the feature the head predicted before it."""
+    runner = Runner(CausalLM.wrap(target), "target", batch=ids.shape[0])
+    device = runner.model.device
+    _, features = runner.extend_features(ids[:, :width].to(device))  # (group, width, hidden)
+    fed, next_tokens = features[:, :-1].to(head.dtype), ids[:, 1:width].to(device)  # entries (f_t, x_{t+1})
+    predicted = []
+    with torch.no_grad():
+        for j in range(ids.shape[1] - width):
+            positions = torch.arange(fed.shape[1], device=device).expand(ids.shape[0], -1)
+            newest = head(fed, next_tokens, positions)[:, -1]  # (group, hidden): the prediction for the next position
+            predicted.append(over_vocabulary(head, head.logits(newest)))
+            fed = torch.cat([fed, newest[:, None]], dim=1)
+            next_tokens = torch.cat([next_tokens, ids[:, width + j, None].to(device)], dim=1)
+    return torch.stack(predicted, dim=1).cpu()
 
 
 def check_threshold_rule(
