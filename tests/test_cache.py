@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from mtdecode import CausalLM, KVCache, Runner, masks
 from mtdecode.testing import tiny_model
 from mtdecode.testing.tolerance import rounding_tolerance
+from mtdecode.zoo.eagle import committed_features
 
 VOCAB = 64
 
@@ -96,6 +97,37 @@ def test_next_forward_equals_fresh_forward(family, batch, data, probe):
         fresh = Runner(model(family), "fresh").extend(row + [probe])[0, -1]
         tolerance = rounding_tolerance(model(family), fresh, keys=len(row) + 1)
         torch.testing.assert_close(got[b], fresh, rtol=0, atol=tolerance)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@given(data=st.data())
+def test_carried_features_follow_their_entries(batch, data):
+    """A cache that carries features keeps, packs and drops them with the keys and values: after any operations,
+    each row's committed features are those of a fresh forward over its committed tokens alone."""
+    runner = Runner(model("llama"), "target")
+    runner.cache.carry_features()
+    committed: list[list[int]] = [[] for _ in range(batch)]
+    for op in data.draw(operations(batch)):
+        committed = apply(runner, committed, op)
+    start = torch.tensor([data.draw(st.integers(0, len(row))) for row in committed])
+    carried = committed_features(runner.cache, start)
+    for b, row in enumerate(committed):
+        assert carried[b].shape[0] == len(row) - start[b]
+        if row:
+            _, fresh = Runner(model("llama"), "fresh").extend_features([row])
+            tolerance = rounding_tolerance(model("llama"), fresh, keys=len(row))
+            torch.testing.assert_close(carried[b], fresh[0, int(start[b]) :], rtol=0, atol=tolerance)
+
+
+def test_features_are_carried_only_when_asked_for_before_the_first_forward():
+    runner = Runner(model("llama"), "target")
+    runner.extend([1, 2, 3])
+    runner.cache.commit()
+    assert runner.cache.features is None
+    with pytest.raises(ValueError, match="carries no features"):
+        committed_features(runner.cache, torch.tensor([0]))
+    with pytest.raises(ValueError, match="must come before the first forward"):
+        runner.cache.carry_features()
 
 
 def test_compaction_keeps_the_listed_entries_in_order():

@@ -16,17 +16,28 @@ from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import sampled_run
 from mtdecode.testing.models import perturbed
 from mtdecode.testing.mtad import check_multi_candidate_rule, check_threshold_rule, prefix_log_ratios
+from mtdecode.zoo.eagle import EagleHead, HeadQ
 
 
 @functools.cache
 def pair(vocab: int, kind: str):
     target = tiny_model("llama", vocab_size=vocab, seed=3)
     draft = {
-        "same": target,
-        "noisy": perturbed(target, 0.5, seed=1),
-        "other": tiny_model("qwen2", vocab_size=vocab, seed=4),
+        "same": lambda: target,
+        "noisy": lambda: perturbed(target, 0.5, seed=1),
+        "other": lambda: tiny_model("qwen2", vocab_size=vocab, seed=4),
+        "head": lambda: head_for(target),
     }
-    return target, draft[kind]
+    return target, draft[kind]()
+
+
+def head_for(target) -> EagleHead:
+    """A random feature head for `target` that scores its even tokens only (q = 0 on the odd ones)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2)
+        weights = target.get_input_embeddings().weight, target.get_output_embeddings().weight
+        head = EagleHead(target.config, *weights, torch.arange(0, target.config.vocab_size, 2))
+    return head.to(dtype=target.dtype).eval()
 
 
 SAMPLERS = [Sampler(0.0), Sampler(1.0), Sampler(0.7, top_k=5), Sampler(1.0, top_p=0.9)]
@@ -35,7 +46,7 @@ SAMPLERS = [Sampler(0.0), Sampler(1.0), Sampler(0.7, top_k=5), Sampler(1.0, top_
 #: a run's settings, drawn by Hypothesis: the pair, the prompt, k, W, tau, the sampler, the budget and the seed
 RUNS = dict(
     vocab=st.sampled_from([4, 8, 16]),
-    kind=st.sampled_from(["same", "noisy", "other"]),
+    kind=st.sampled_from(["same", "noisy", "other", "head"]),
     prompt=st.lists(st.integers(0, 3), min_size=1, max_size=6),
     k=st.integers(1, 4),
     width=st.integers(1, 4),
@@ -116,16 +127,16 @@ def _last_passing(passing, k):
     return torch.where(passing.any(1), last, 0)
 
 
-def caught(target, strategy, check) -> int:
-    """In how many of ten seeded runs of `strategy` on [1, 2, 3] (temperature 1) `check(result)` fails."""
-    failures = 0
+def caught(target, strategy, check) -> bool:
+    """Whether `check(result)` fails on any of ten seeded runs of `strategy` on [1, 2, 3] (temperature 1); it stops
+    at the first that fails."""
     for seed in range(10):
         result = sampled_run(target, [1, 2, 3], strategy, 16, Sampler(1.0), seed)
         try:
             check(result)
         except AssertionError:
-            failures += 1
-    return failures
+            return True
+    return False
 
 
 @pytest.mark.parametrize("mutant", [per_token, shortest], ids=lambda m: m.__name__)
@@ -133,7 +144,7 @@ def test_the_rule_check_catches_a_wrong_rule(monkeypatch, mutant):
     monkeypatch.setattr(mtad, "accepted_length", mutant)
     target, draft = pair(8, "other")
     check = functools.partial(check_threshold_rule, target, draft, [1, 2, 3], threshold=0.3, sampler=Sampler(1.0))
-    assert caught(target, MTAD(draft, 4, 2, 0.3), lambda result: check(result=result)) > 0, (
+    assert caught(target, MTAD(draft, 4, 2, 0.3), lambda result: check(result=result)), (
         f"the {mutant.__name__} mutant went unnoticed in 10 runs"
     )
 
@@ -197,11 +208,11 @@ def test_every_mmtad_step_keeps_the_deepest_block_that_passes(
 
 
 @pytest.mark.parametrize("sampler", [Sampler(0.0), Sampler(1.0, top_k=10, top_p=0.9)], ids=["greedy", "paper"])
-@pytest.mark.parametrize("denominator", ["heaviest", "largest"])
-def test_every_row_of_a_ragged_mmtad_batch_follows_the_rule(sampler, denominator):
-    target, draft = pair(16, "noisy")
+@pytest.mark.parametrize("denominator, kind", [("heaviest", "noisy"), ("largest", "noisy"), ("heaviest", "head")])
+def test_every_row_of_a_ragged_mmtad_batch_follows_the_rule(sampler, denominator, kind):
+    target, draft = pair(16, kind)
     prompts = [[1, 2, 3, 4, 5], [6], [7, 8, 9]]
-    strategy = MMTAD(draft, 4, 4, 0.3, denominator)
+    strategy = MMTAD(draft, 4, 4, 0.3 if kind == "noisy" else 0.05, denominator)
     result = mtdecode.generate(target, prompts, strategy, max_new_tokens=14, seed=2, temperature=sampler.temperature,
                                top_k=sampler.top_k, top_p=sampler.top_p)  # fmt: skip
     check_multi_candidate_rule(target, prompts, result, strategy, sampler)
@@ -274,7 +285,7 @@ def test_the_multi_candidate_check_catches_a_wrong_rule(monkeypatch, mutant):
     target, draft = pair(8, "other")
     strategy = MMTAD(draft, 4, 4, 0.3)
     check = functools.partial(check_multi_candidate_rule, target, [1, 2, 3], strategy=strategy, sampler=Sampler(1.0))
-    assert caught(target, strategy, lambda result: check(result=result)) > 0, (
+    assert caught(target, strategy, lambda result: check(result=result)), (
         f"the {mutant.__name__} mutant went unnoticed in 10 runs"
     )
 
@@ -285,6 +296,52 @@ def test_the_check_tells_the_two_denominators_apart():
     for run, other in [("largest", "heaviest"), ("heaviest", "largest")]:
         strategy, checked = MMTAD(draft, 4, 4, 0.5, run), MMTAD(draft, 4, 4, 0.5, other)
         check = functools.partial(check_multi_candidate_rule, target, [1, 2, 3], strategy=checked, sampler=Sampler(1.0))
-        assert caught(target, strategy, lambda result, check=check: check(result=result)) > 0, (
+        assert caught(target, strategy, lambda result, check=check: check(result=result)), (
             f"runs with the {run} block's Q all passed the check for the {other}'s"
         )
+
+
+# ---- q from a feature head
+
+
+@pytest.mark.parametrize("sampler", [Sampler(0.0), Sampler(1.0, top_k=10, top_p=0.9)], ids=["greedy", "paper"])
+def test_every_row_of_a_ragged_mtad_batch_with_a_head_as_q_follows_the_rule(sampler):
+    """The head's q while drafting (cached, batched, beams as a tree) is the q of plain forwards: every accepted
+    block's recorded log P/Q is the recomputed one, and the rule holds, row by row."""
+    target, head = pair(16, "head")
+    prompts = [[1, 2, 3, 4, 5], [6], [7, 8, 9]]
+    result = mtdecode.generate(target, prompts, MTAD(head, 4, 3, 0.01), max_new_tokens=20, seed=2,
+                               temperature=sampler.temperature, top_k=sampler.top_k, top_p=sampler.top_p)  # fmt: skip
+    check_threshold_rule(target, head, prompts, result, 0.01, sampler)
+    assert sum(step.accepted > 1 for step in result.steps) >= 3  # blocks deeper than the head's first guess
+
+
+def fed_the_root(self, tokens, offsets, sees, previous):
+    """Wrong: every depth's tokens fed with the root's feature instead of their parent's predicted one."""
+    return REAL_CHILDREN(self, tokens, offsets, sees, torch.full_like(previous, -1))
+
+
+def keeps_the_beams(self, path):
+    """Wrong: the head keeps the accepted beam entries, made from its own predicted features, as its context."""
+    self.runner.cache.keep(path)
+
+
+REAL_CHILDREN = HeadQ.children
+
+
+@pytest.mark.parametrize("method, mutant", [("children", fed_the_root), ("keep", keeps_the_beams)],
+                         ids=["fed_the_root", "keeps_the_beams"])  # fmt: skip
+def test_the_rule_check_catches_a_head_that_drafts_from_the_wrong_features(monkeypatch, method, mutant):
+    monkeypatch.setattr(HeadQ, method, mutant)
+    target, head = pair(16, "head")
+    check = functools.partial(check_threshold_rule, target, head, [1, 2, 3], threshold=0.01, sampler=Sampler(1.0))
+    assert caught(target, MTAD(head, 4, 3, 0.01), lambda result: check(result=result)), (
+        f"the {mutant.__name__} mutant went unnoticed in 10 runs"
+    )
+
+
+def test_a_head_as_q_needs_a_fixed_block():
+    _, head = pair(16, "head")
+    with pytest.raises(ValueError, match="needs num_draft_tokens"):
+        MTAD(head)
+    assert MTAD(head, 4).num_draft_tokens == 4

@@ -34,7 +34,7 @@ columns of its longest row. A batch of one never has holes.
 A cache may also **carry features** (`carry_features`): the model's top hidden state beside each
 entry's keys and values, kept, packed and dropped with them, so that a feature-level draft (an
 EAGLE head drafting for MTAD) can read the target's features at the tokens it committed
-(`committed_features`), whichever operation resolved them.
+(`mtdecode.zoo.eagle.committed_features`), whichever operation resolved them.
 """
 
 import contextlib
@@ -88,8 +88,7 @@ class KVCache:
         if batch is not None:  # else the first forward tells
             self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)
             self.positions = torch.zeros(batch, 0, dtype=torch.long, device=device)
-        #: each column's feature (`carry_features`; None: the cache carries none)
-        self.features: Float[Tensor, "batch columns hidden"] | None = None
+        self.features: Float[Tensor, "batch columns hidden"] | None = None  # each column's, if carried
         self.carries_features = False
 
     # ---------------------------------------------------------------- reading
@@ -116,32 +115,18 @@ class KVCache:
         """Valid entries each row holds, committed or pending."""
         return self.valid.sum(1)
 
-    def committed_features(self, start: Int[Tensor, " batch"]) -> list[Float[Tensor, "_entries hidden"]]:
-        """Row b's features at its committed entries from position `start[b]` on, in order of position."""
-        if self.features is None:
-            raise ValueError("the cache carries no features: call carry_features() before the first forward")
-        committed = slice(0, self.committed)
-        wanted = self.valid[:, committed] & (self.positions[:, committed] >= start[:, None])  # (batch, committed)
-        order = torch.where(wanted, self.positions[:, committed], torch.iinfo(torch.long).max).argsort(1)
-        return [self.features[b, order[b, : int(n)]] for b, n in enumerate(wanted.sum(1).tolist())]
-
     # ---------------------------------------------------------------- writing
 
     def carry_features(self) -> None:
-        """From the next forward on, keep each new entry's feature (`add_features`) beside its keys and values.
-
-        **Raises:** `ValueError` if the cache already holds columns (their features are unknown)."""
+        """Keep each entry's feature (`add_features`) from the first forward on; `ValueError` after it."""
         if self.columns:
             raise ValueError(f"carry_features() must come before the first forward; the cache holds {self.columns}")
         self.carries_features = True
 
     def add_features(self, features: Float[Tensor, "batch new hidden"]) -> None:
-        """The features of the columns the last forward appended (`record`), in the same order."""
-        if not self.carries_features:
-            return
-        self.features = features if self.features is None else torch.cat([self.features, features], dim=1)
-        if self.features.shape[1] != self.columns:
-            raise RuntimeError(f"the cache holds {self.columns} columns but features for {self.features.shape[1]}")
+        """The features of the columns the last forward appended (`record`), in the same order, if carried."""
+        if self.carries_features:
+            self.features = features if self.features is None else torch.cat([self.features, features], dim=1)
 
     def record(self, positions: Int[Tensor, "batch new"], valid: Bool[Tensor, "batch new"]) -> None:
         """Note the positions and validity of the columns a forward pass just appended (pending)."""

@@ -2,9 +2,10 @@
 
 `check_threshold_rule` replays a `generate` result step by step. For each step it takes the
 block the draft proposed (`Step.proposal`), recomputes the joint likelihoods P and Q of
-every prefix with plain forward passes of both models, and asserts the acceptance rule:
-the accepted prefix y_1..y_n passes (P/Q > tau, or n = 0) and no longer prefix of the
-block does.
+every prefix with plain forward passes of both models (a feature head's q as `head_logits`
+recomputes it), and asserts the acceptance rule: the accepted prefix y_1..y_n passes
+(P/Q > tau, or n = 0) with the log P/Q the step recorded, and no longer prefix of the block
+does.
 
 `check_multi_candidate_rule` does the same for MMTAD (`mtdecode.strategies.mmtad`) over every block a step
 verified (`Step.candidates`).
@@ -81,8 +82,9 @@ def batched_log_joints(
                 with torch.no_grad():
                     logits = hf(ids.to(hf.device)).logits[:, rows.to(hf.device)].cpu()  # (group, k, vocab)
             logs.append(judged(sampler, logits).gather(2, tokens[..., None])[..., 0].log().cumsum(1))
+            computed = logits.nan_to_num(0.0, posinf=0.0, neginf=0.0)  # -inf (q = 0 off a head's tokens) is exact
             for j in range(len(members)):
-                slack[j] += 2 * rounding_tolerance(model, logits[j], keys=ids.shape[1]) / temperature
+                slack[j] += 2 * rounding_tolerance(model, computed[j], keys=ids.shape[1]) / temperature
         prefix = torch.arange(1, k + 1, dtype=torch.float64)
         for j, i in enumerate(members):
             out[i] = (logs[0][j], logs[1][j], slack[j] * prefix)
@@ -116,8 +118,9 @@ def check_threshold_rule(
     threshold: float,
     sampler: Sampler,
 ) -> None:
-    """Assert, for every step of every row of `result`, that the accepted prefix passes the joint rule and no
-    longer one does. `prompts` is the prompt (one row) or one prompt per row.
+    """Assert, for every step of every row of `result`, that the accepted prefix passes the joint rule with the
+    log P/Q that the step recorded, and that no longer one passes. `prompts` is the prompt (one row) or one prompt
+    per row; `draft` is the draft model or the `EagleHead` that was q.
 
     **Raises:** `AssertionError` naming the row, the step and the offending prefix.
     """
@@ -135,6 +138,9 @@ def check_threshold_rule(
     for (step, i), (ratios, ties) in zip(checked, batched_log_ratios(target, draft, pairs, sampler), strict=True):
         ratios, ties, n = ratios.tolist(), ties.tolist(), step.accepted
         where = f"row {step.row}, step {i}"
+        if n > 0 and abs(step.log_ratio - ratios[n - 1]) > ties[n - 1]:
+            raise AssertionError(f"{where}: the step's log P/Q {step.log_ratio:.6f} is not the recomputed "
+                                 f"{ratios[n - 1]:.6f} (rounding allows {ties[n - 1]:.2g})")  # fmt: skip
         if n > 0 and ratios[n - 1] <= log_tau - ties[n - 1]:
             raise AssertionError(f"{where}: accepted {n} tokens but log P/Q = {ratios[n - 1]:.4f} <= log tau")
         cut = len(step.tokens) < n + 1  # EOS or the budget ended the step early

@@ -373,7 +373,7 @@ class HeadQ:
 
     def read(self, s: Session) -> Float[Tensor, "batch vocab"]:
         """q's logits after x0: the head reads the target's features at the tokens it has not read."""
-        unread = s.target.cache.committed_features(self.runner.cache.lengths)
+        unread = committed_features(s.target.cache, self.runner.cache.lengths)
         self.root = read_features(s, self.runner, unread, self.root)  # (batch, hidden)
         self.predicted = self.root.new_zeros(self.root.shape[0], 0, self.root.shape[1])  # no entry pending yet
         return over_vocabulary(self.runner.model, self.runner.model.logits(self.root))
@@ -403,3 +403,14 @@ def over_vocabulary(head: EagleHead, logits: Float[Tensor, "*rows head"]) -> Flo
     full = logits.new_full((*logits.shape[:-1], head.embedding.shape[0]), -torch.inf)
     full[..., head.head_token_ids] = logits
     return full
+
+
+def committed_features(cache: KVCache, start: Int[Tensor, " batch"]) -> list[Float[Tensor, "_entries hidden"]]:
+    """Row b's features at its committed entries from position `start[b]` on, in order of position, from a cache
+    that carries them (`KVCache.carry_features`)."""
+    if cache.features is None:
+        raise ValueError("the cache carries no features: call carry_features() before the first forward")
+    valid, positions = cache.valid[:, : cache.committed], cache.positions[:, : cache.committed]
+    wanted = valid & (positions >= start[:, None])  # (batch, committed)
+    order = torch.where(wanted, positions, torch.iinfo(torch.long).max).argsort(1)  # the wanted first, by position
+    return [cache.features[b, order[b, :n]] for b, n in enumerate(wanted.sum(1).tolist())]
