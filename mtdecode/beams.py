@@ -1,6 +1,10 @@
 """Beam drafting (step 1 of MTAD and MMTAD): W beams per row grown a depth at a draft forward each, by beam weight
 x q (`draft_beams`), and the scoring they share with the cost measurement
-(`mtdecode.costs.probes.measure_beam_depth_cost` times the very functions the strategies call)."""
+(`mtdecode.costs.probes.measure_beam_depth_cost` times the very functions the strategies call).
+
+q is a draft model's (`ModelQ`) or a feature head's (`mtdecode.zoo.eagle.HeadQ`); `beam_q` picks by the draft given.
+Both answer the same three calls: `read` (q after x0), `children` (q after each beam's newest token) and `keep`
+(what the draft keeps of the accepted beam)."""
 
 from functools import partial
 from typing import NamedTuple
