@@ -2,25 +2,21 @@
 x q (`draft_beams`), and the scoring they share with the cost measurement
 (`mtdecode.costs.probes.measure_beam_depth_cost` times the very functions the strategies call).
 
-q is a draft model's (`ModelQ`) or a feature head's (`mtdecode.zoo.eagle.HeadQ`); `beam_q` picks by the draft given.
-Both answer the same three calls: `read` (q after x0), `children` (q after each beam's newest token) and `keep`
-(what the draft keeps of the accepted beam)."""
+q is a draft model's or a feature head's (`mtdecode.beam_q`)."""
 
 from functools import partial
 from typing import NamedTuple
 
 import torch
 from einops import rearrange, reduce, repeat
-from transformers import PreTrainedModel
 
 from mtdecode import masks
-from mtdecode.model import CausalLM, Runner
+from mtdecode.beam_q import Children, Q
 from mtdecode.plain import prefill
 from mtdecode.plans import ChainPlan
 from mtdecode.sampling import RowRandom, Sampler, draw
 from mtdecode.session import Session, Step
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
-from mtdecode.zoo.eagle import EagleHead, HeadQ
 
 #: MTAD's default number of beams kept per depth, W
 BEAM_WIDTH = 4
@@ -91,48 +87,6 @@ class Beams(NamedTuple):
     parents: Int[Tensor, "batch entries"]
 
 
-class ModelQ:
-    """q from a draft model (any causal LM that shares the target's vocabulary): its runner reads the committed
-    tokens itself, and its cache keeps the accepted beam's entries."""
-
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-
-    def ready(self, s: Session) -> Bool[Tensor, " batch"]:
-        """Every row: a draft model reads what it lacks itself."""
-        return torch.ones(s.batch, dtype=torch.bool, device=s.device)
-
-    def read(self, s: Session) -> Float[Tensor, "batch vocab"]:
-        """q's logits after x0: one draft forward over each row's committed tokens that it has not read (x0 last)."""
-        logits = self.runner.extend(s.unread(self.runner), logits_to_keep=1)[:, -1]
-        self.runner.cache.commit()
-        return logits
-
-    def children(
-        self,
-        tokens: Int[Tensor, "batch beam"],
-        offsets: Int[Tensor, "batch beam"],
-        sees: Bool[Tensor, "batch beam seen"],
-        previous: Int[Tensor, "batch beam"],
-    ) -> Float[Tensor, "batch beam vocab"]:
-        """q's logits after each beam's newest token, fed as a child of the beam's `previous` pending entry (the
-        tree mask `sees` says so already; -1: a child of x0)."""
-        return self.runner.forward(tokens, offsets, sees)
-
-    def keep(self, path: Int[Tensor, "batch kept"]) -> None:
-        """Keep the pending entries on the accepted path (-1 pads)."""
-        self.runner.cache.keep(path)
-
-
-#: q for beam drafting: a draft model's, or a feature head's (`mtdecode.zoo.eagle.HeadQ`)
-Q = ModelQ | HeadQ
-
-
-def beam_q(s: Session, draft: CausalLM | PreTrainedModel | EagleHead) -> Q:
-    """q for this session: from a feature head (an `EagleHead`, reading the target's features) or a draft model."""
-    return HeadQ(s, draft) if isinstance(draft, EagleHead) else ModelQ(s.draft_runner(draft))
-
-
 def deepen(
     s: Session, q: Q, beams: Beams, width: int, rows: Bool[Tensor, " batch"]
 ) -> tuple[Int[Tensor, "batch beam depth"], Float[Tensor, "batch beam depth"], Int[Tensor, "batch beam fed"],
@@ -148,7 +102,7 @@ def deepen(
     parents = torch.cat([parents, previous], dim=1)
     sees = masks.tree(parents)[:, -count:]  # (batch, W, pending + W)
     offsets = masks.tree_positions(parents)[:, -count:]  # (batch, W): the depth below the committed tokens
-    logits = q.children(tokens[:, :, -1].clamp(min=0), offsets, sees, previous)  # (batch, W, vocab)
+    logits = q.children(Children(tokens[:, :, -1].clamp(min=0), offsets, sees, previous))  # (batch, W, vocab)
     next_log_q, scores = score_children(s.sampler, logits, log_q)  # every (beam, token) pair scored
     picks = choose(scores, width, s.sampler.greedy, s.random, rows)  # (batch, W)
     pair = picks.clamp(min=0)

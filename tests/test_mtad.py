@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 
 import mtdecode
 from mtdecode import Sampler, beams, oracle
+from mtdecode.beam_q import HeadQ
 from mtdecode.strategies import MMTAD, MTAD, mmtad, mtad
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import sampled_run
 from mtdecode.testing.models import perturbed
 from mtdecode.testing.mtad import check_multi_candidate_rule, check_threshold_rule, prefix_log_ratios
-from mtdecode.zoo.eagle import EagleHead, HeadQ
+from mtdecode.zoo.eagle import EagleHead
 
 
 @functools.cache
@@ -316,9 +317,9 @@ def test_every_row_of_a_ragged_mtad_batch_with_a_head_as_q_follows_the_rule(samp
     assert sum(step.accepted > 1 for step in result.steps) >= 3  # blocks deeper than the head's first guess
 
 
-def fed_the_root(self, tokens, offsets, sees, previous):
+def fed_the_root(self, fed):
     """Wrong: every depth's tokens fed with the root's feature instead of their parent's predicted one."""
-    return REAL_CHILDREN(self, tokens, offsets, sees, torch.full_like(previous, -1))
+    return REAL_CHILDREN(self, fed._replace(previous=torch.full_like(fed.previous, -1)))
 
 
 def keeps_the_beams(self, path):

@@ -33,7 +33,8 @@ from einops import rearrange, repeat
 from transformers import PreTrainedModel
 
 from mtdecode import masks
-from mtdecode.beams import BEAM_WIDTH, Drafted, Q, beam_q, draft_beams, judged, plain_step
+from mtdecode.beam_q import Q, beam_q
+from mtdecode.beams import BEAM_WIDTH, Drafted, draft_beams, judged, plain_step
 from mtdecode.model import CausalLM, left_pad
 from mtdecode.policy import Fixed
 from mtdecode.sampling import draw
@@ -53,7 +54,7 @@ class MMTAD:
     **Arguments:**
 
     - `draft`: the auxiliary model q, sharing the target's vocabulary and device; or an `EagleHead` trained for the
-      target, whose distributions are q (`mtdecode.zoo.eagle.HeadQ`; no second model).
+      target, whose distributions are q (`mtdecode.beam_q.HeadQ`; no second model).
     - `num_draft_tokens`: k, the block length (at least 1; 4 in the paper's examples).
     - `beam_width`: W, beams kept per depth and verified (at least 1; 4 in the paper's examples).
     - `threshold`: tau > 0 (0.5 in the paper's examples; 0.3 also used).

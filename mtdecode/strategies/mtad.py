@@ -32,7 +32,8 @@ from typing import ClassVar
 import torch
 from transformers import PreTrainedModel
 
-from mtdecode.beams import BEAM_WIDTH, Q, beam_q, draft_beams, judged, plain_step
+from mtdecode.beam_q import Q, beam_q
+from mtdecode.beams import BEAM_WIDTH, draft_beams, judged, plain_step
 from mtdecode.model import CausalLM
 from mtdecode.plain import extend_with
 from mtdecode.policy import Adaptive, ChainPlan, Fixed, fixed_or
@@ -50,7 +51,7 @@ class MTAD:
     **Arguments:**
 
     - `draft`: the auxiliary model q, sharing the target's vocabulary and device; or an `EagleHead` trained for the
-      target, whose distributions are q (`mtdecode.zoo.eagle.HeadQ`; no second model; k must then be fixed).
+      target, whose distributions are q (`mtdecode.beam_q.HeadQ`; no second model; k must then be fixed).
     - `num_draft_tokens`: a fixed block length k (at least 1); None: as `policy` decides.
     - `beam_width`: W, beams kept per depth (at least 1).
     - `threshold`: tau > 0; a prefix is accepted if P(y_1..n) / Q(y_1..n) > tau.

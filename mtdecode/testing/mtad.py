@@ -92,7 +92,7 @@ def batched_log_joints(
 
 
 def head_logits(target, head: EagleHead, ids: Int[Tensor, "group fed"], width: int) -> Float[Tensor, "group k vocab"]:
-    """q's logits for each token after the first `width` of `ids`, as a head drafts a beam (`mtdecode.zoo.eagle.HeadQ`),
+    """q's logits for each token after the first `width` of `ids`, as a head drafts a beam (`mtdecode.beam_q.HeadQ`),
     from plain forwards: the target's features at the context, the head over them (its prediction for x0's
     position), then, token by token, the block's token fed with the feature the head predicted before it."""
     runner = Runner(CausalLM.wrap(target), "target", batch=ids.shape[0])

@@ -14,8 +14,8 @@ output layer turns the predicted feature into a distribution for x_{t+2}:
             (frozen, not shipped), as the distilled draft does: a full 49,152-row head would
             cost about a quarter of SmolLM2's forward.
 
-`mtdecode.strategies.Eagle` drafts token trees with it, and `HeadQ` makes it MTAD's and MMTAD's q; `load_head` reads a
-trained head back, `quantize_head` turns it into int8.
+`mtdecode.strategies.Eagle` drafts token trees with it, and `mtdecode.beam_q.HeadQ` makes it MTAD's and MMTAD's q;
+`load_head` reads a trained head back, `quantize_head` turns it into int8.
 """
 
 import functools
@@ -350,52 +350,6 @@ class Backlog:
         rows = [torch.cat(pieces) if len(pieces) > 1 else pieces[0] for pieces in self.pieces]
         self.pieces, self.sizes = [[] for _ in rows], [0] * len(rows)
         return rows
-
-
-class HeadQ:
-    """q from a feature head, for MTAD's and MMTAD's beam drafting (`mtdecode.beams`) in place of a draft model.
-
-    The target's cache carries its features (`KVCache.carry_features`); before each block the head reads them at the
-    tokens the target committed, which gives its prediction for x0's position (the root, as `Eagle` reads it). Each
-    beam then grows as EAGLE's tree does: a node is fed its parent's predicted feature beside its token. q covers the
-    head's tokens (`EagleHead.head_token_ids`) only; every other token has q = 0. After verification the head drops
-    the beams' entries and reads the accepted tokens again with the target's own features, as EAGLE does."""
-
-    def __init__(self, s: Session, head: EagleHead) -> None:
-        self.runner = head_runner(s, head)
-        s.target.cache.carry_features()  # before the target's first forward
-        self.root: Float[Tensor, "batch hidden"] | None = None  # each row's prediction for x0's position
-        self.predicted = None  # the prediction of every pending head entry, (batch, pending, hidden)
-
-    def ready(self, s: Session) -> Bool[Tensor, " batch"]:
-        """Rows whose context the target has read: the head drafts from its features (the first step is plain)."""
-        return s.target.cache.lengths > 0
-
-    def read(self, s: Session) -> Float[Tensor, "batch vocab"]:
-        """q's logits after x0: the head reads the target's features at the tokens it has not read."""
-        unread = committed_features(s.target.cache, self.runner.cache.lengths)
-        self.root = read_features(s, self.runner, unread, self.root)  # (batch, hidden)
-        self.predicted = self.root.new_zeros(self.root.shape[0], 0, self.root.shape[1])  # no entry pending yet
-        return over_vocabulary(self.runner.model, self.runner.model.logits(self.root))
-
-    def children(
-        self,
-        tokens: Int[Tensor, "batch beam"],
-        offsets: Int[Tensor, "batch beam"],
-        sees: Bool[Tensor, "batch beam seen"],
-        previous: Int[Tensor, "batch beam"],
-    ) -> Float[Tensor, "batch beam vocab"]:
-        """q's logits after each beam's newest token: one head forward, each token fed with the feature predicted
-        at its `previous` pending entry (the root for a child of x0, -1)."""
-        rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None]
-        known = torch.cat([self.root[:, None], self.predicted], dim=1)  # (batch, 1 + pending, hidden)
-        predicted = self.runner.step(known[rows, previous + 1], tokens, offsets, sees)  # (batch, beam, hidden)
-        self.predicted = torch.cat([self.predicted, predicted], dim=1)
-        return over_vocabulary(self.runner.model, self.runner.model.logits(predicted))
-
-    def keep(self, path: Int[Tensor, "batch kept"]) -> None:
-        """Drop every beam entry: the head reads the accepted tokens with the target's own features next time."""
-        self.runner.cache.crop(self.runner.cache.lengths)
 
 
 def over_vocabulary(head: EagleHead, logits: Float[Tensor, "*rows head"]) -> Float[Tensor, "*rows vocab"]:
