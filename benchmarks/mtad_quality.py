@@ -7,15 +7,19 @@ draft as q, and `MTAD` and `MMTAD` with the shipped EAGLE head as q (no second m
 default the public MTAD evaluation's: temperature 1, top-k 10, top-p 0.9). Each prompt is answered once per
 contender with its own seed, the contenders back to back in a rotating order (interleaved). Perplexity is
 exp(-mean log p) of the generated tokens under the target's untempered distribution, pooled over the answers (as in
-Qin et al.), with a 95% bootstrap interval over the answers. Speed-ups are ratios of tokens per second measured in
+Qin et al.), with a 95% bootstrap interval over the answers, and its ratio to token-by-token sampling's with a paired
+95% interval (the same prompts resampled for both). Speed-ups are ratios of tokens per second measured in
 the same process; CPU milliseconds per token stand in for the paper's energy per token.
 
     python benchmarks/mtad_quality.py [--answers 96] [--new-tokens 64] [--threshold 0.5] [--draft-tokens 4]
 """
 
 import argparse
+import json
 import math
+import os
 import time
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -47,6 +51,7 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.5)
     parser.add_argument("--draft-tokens", type=int, default=4)
     parser.add_argument("--beam-width", type=int, default=4)
+    parser.add_argument("--json", help="also write every answer's log p, tokens, seconds and forwards to this file")
     args = parser.parse_args()
 
     model, tokenizer = mtdecode.load_model(), mtdecode.load_tokenizer()
@@ -79,15 +84,17 @@ def main() -> None:
         mtdecode.generate(model, prompts[0], strategy, **{**settings, "max_new_tokens": 4})
 
     names = list(contenders)
-    seconds, cpu, forwards = (dict.fromkeys(names, 0.0) for _ in range(3))
+    seconds, cpu, energy, forwards = (dict.fromkeys(names, 0.0) for _ in range(4))
+    rapl = rapl_counters()
     answers: dict[str, list[tuple[float, int]]] = {name: [] for name in names}  # (sum of log p, tokens) per answer
     for i in tqdm(range(len(prompts)), desc="interleaved answers", unit="prompt"):
         shift = i % len(names)
         for name in names[shift:] + names[:shift]:  # rotate who goes first
-            start, start_cpu = time.perf_counter(), time.process_time()
+            start, start_cpu, start_energy = time.perf_counter(), time.process_time(), rapl_joules(rapl)
             result = mtdecode.generate(model, prompts[i], contenders[name], **settings, seed=i)
             seconds[name] += time.perf_counter() - start
             cpu[name] += time.process_time() - start_cpu
+            energy[name] += rapl_joules(rapl, start_energy) if rapl else 0.0
             answer = result.tokens[0].tolist()
             forwards[name] += result.stats.target_forwards
             answers[name].append((log_likelihood(model, prompts[i], answer), len(answer)))
@@ -97,23 +104,48 @@ def main() -> None:
     rows = []
     for name in names:
         low, high = perplexity_interval(answers[name])
+        ratio_low, ratio_high = perplexity_interval(answers[name], answers[names[0]])
         rows.append((
             name,
             f"{perplexity(answers[name]):.2f} [{low:.2f}, {high:.2f}]",
+            f"{perplexity(answers[name]) / perplexity(answers[names[0]]):.3f} [{ratio_low:.3f}, {ratio_high:.3f}]",
             f"{speed[name]:.1f}",
             f"{speed[name] / speed[names[0]]:.2f}x",
             f"{speed[name] / speed[names[1]]:.2f}x",
             f"{tokens[name] / forwards[name]:.2f}",
-            f"{1000 * cpu[name] / tokens[name]:.0f}",
+            f"{energy[name] / tokens[name]:.2f}" if rapl else f"{1000 * cpu[name] / tokens[name]:.0f}",
         ))  # fmt: skip
     print(
         f"\n{len(prompts)} answers per strategy, at most {args.new_tokens} new tokens each; temperature "
         f"{args.temperature}, top-k {args.top_k}, top-p {args.top_p}; interleaved. Perplexity with its 95% interval "
-        f"(bootstrap over answers). Energy: CPU milliseconds per token, a stand-in for joules (no RAPL counters read)"
-    )
-    header = ("strategy", "perplexity [95%]", "tokens/s", "vs autoregressive", "vs speculative",
-              "tokens/target forward", "CPU ms/token")  # fmt: skip
+        f"(bootstrap over answers) and its ratio to autoregressive's (paired bootstrap over prompts). "
+        + ("Energy: the CPU packages' RAPL counters." if rapl else
+           "Energy: CPU milliseconds per token, a stand-in for joules (no readable RAPL counters).")
+    )  # fmt: skip
+    header = ("strategy", "perplexity [95%]", "/ autoregressive's [95%]", "tokens/s", "vs autoregressive",
+              "vs speculative", "tokens/target forward", "J/token" if rapl else "CPU ms/token")  # fmt: skip
     print_table(header, rows)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"settings": vars(args), "answers": answers, "seconds": seconds, "cpu": cpu, "joules": energy,
+                       "rapl": bool(rapl), "forwards": forwards}, out, indent=1)  # fmt: skip
+
+
+def rapl_counters() -> list[Path]:
+    """The energy counters of the CPU packages (RAPL, `/sys/class/powercap/intel-rapl:N/energy_uj`; AMD's appear
+    there too) that this process can read; none on hosts without them or without the permission."""
+    found = sorted(Path("/sys/class/powercap").glob("intel-rapl:[0-9]/energy_uj"))
+    return [path for path in found if os.access(path, os.R_OK)]
+
+
+def rapl_joules(counters: list[Path], before: list[int] | None = None) -> list[int] | float:
+    """The counters' readings in microjoules, or, given earlier `before` readings, the joules spent since (a counter
+    that wrapped around at its `max_energy_range_uj` counted once around)."""
+    now = [int(path.read_text()) for path in counters]
+    if before is None:
+        return now
+    ranges = [int((path.parent / "max_energy_range_uj").read_text()) for path in counters]
+    return sum((b - a) % r for a, b, r in zip(before, now, ranges, strict=True)) / 1e6
 
 
 def perplexity(answers: list[tuple[float, int]]) -> float:
@@ -121,14 +153,22 @@ def perplexity(answers: list[tuple[float, int]]) -> float:
     return math.exp(-sum(log_p for log_p, _ in answers) / sum(n for _, n in answers))
 
 
-def perplexity_interval(answers: list[tuple[float, int]], resamples: int = 2000) -> tuple[float, float]:
-    """A 95% interval for the pooled perplexity: the 2.5% and 97.5% quantiles over `resamples` bootstrap samples of
-    the answers (seeded: the interval repeats)."""
+def perplexity_interval(
+    answers: list[tuple[float, int]], baseline: list[tuple[float, int]] | None = None, resamples: int = 2000
+) -> tuple[float, float]:
+    """A 95% interval for the pooled perplexity, or, given the `baseline`'s answers to the same prompts, for the
+    ratio of the two perplexities (paired: a bootstrap sample picks the same prompts for both, so what the prompts
+    alone make likely cancels). The 2.5% and 97.5% quantiles over `resamples` bootstrap samples of the prompts
+    (seeded: the interval repeats)."""
     generator = torch.Generator().manual_seed(0)
-    log_p = torch.tensor([value for value, _ in answers], dtype=torch.float64)
-    counts = torch.tensor([n for _, n in answers], dtype=torch.float64)
     picks = torch.randint(len(answers), (resamples, len(answers)), generator=generator)
-    samples = torch.exp(-log_p[picks].sum(1) / counts[picks].sum(1).clamp(min=1))
+
+    def pooled(group: list[tuple[float, int]]) -> torch.Tensor:  # each bootstrap sample's perplexity
+        log_p = torch.tensor([value for value, _ in group], dtype=torch.float64)
+        counts = torch.tensor([n for _, n in group], dtype=torch.float64)
+        return torch.exp(-log_p[picks].sum(1) / counts[picks].sum(1).clamp(min=1))
+
+    samples = pooled(answers) if baseline is None else pooled(answers) / pooled(baseline)
     low, high = torch.quantile(samples, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
     return low, high
 
