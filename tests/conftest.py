@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 # mtdecode module, whatever that module imports first looks for bytecode under the hook's own cache name, finds
 # none and is compiled from source (about 1,700 modules, 3 to 4 s in every worker)
 
-DEFAULT_EXAMPLES = 30
+DEFAULT_EXAMPLES = 25
 settings.register_profile(
     "default",
     max_examples=DEFAULT_EXAMPLES,
