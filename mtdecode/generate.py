@@ -11,7 +11,7 @@ from typing import no_type_check
 import torch
 from transformers import PreTrainedModel
 
-from mtdecode import sampling
+from mtdecode import distributed, sampling
 from mtdecode.model import CausalLM
 from mtdecode.sampling import RowRandom, Sampler
 from mtdecode.session import Choice, Session, Step, check
@@ -192,14 +192,13 @@ def generate(
         _token_ids(pad_token_id, target.vocab_size, "pad_token_id")
     elif len(rows) > 1 and eos:
         raise ValueError("rows of a batch can end at different lengths at EOS: pass pad_token_id= to fill after them")
+    seeds, sampler = _seeds(seed, len(rows)), Sampler(temperature, top_k, top_p)
+    if target.sharded:  # every rank must make the same forwards (`mtdecode.distributed`)
+        distributed.check_alike("generate's call", (rows, type(strategy).__name__, sampler, max_new_tokens, eos, seeds))
     session = Session(
-        target,
-        rows,
-        sampler=Sampler(temperature, top_k, top_p),
-        random=RowRandom(_seeds(seed, len(rows)), device=target.device),
-        max_new_tokens=max_new_tokens,
+        target, rows, sampler=sampler, random=RowRandom(seeds, device=target.device), max_new_tokens=max_new_tokens,
         eos_token_ids=eos,
-    )
+    )  # fmt: skip
 
     bar = _progress_bar(max_new_tokens * len(rows)) if progress else None
     start = time.perf_counter()
@@ -208,6 +207,9 @@ def generate(
         for batch_steps in steps:
             session.settle()
             check(session)
+            if target.sharded:  # a rank that went its own way stops here, before a forward waits for ever
+                made = [(step.row, step.drafted, step.tokens) for step in batch_steps]
+                distributed.check_alike(f"step {len(session.steps)}'s tokens", made)
             for step in batch_steps:
                 if bar is not None:
                     bar.update(len(step.tokens))
@@ -305,7 +307,7 @@ def _token_ids(value: int | Sequence[int] | None, vocab_size: int, name: str) ->
 def _seeds(seed: int | Sequence[int] | None, batch: int) -> list[int]:
     """One seed per row: `seed + b`, the seeds given, or fresh ones."""
     if seed is None:
-        seed = sampling.fresh_seed()
+        seed = distributed.agreed(sampling.fresh_seed())  # on several ranks, rank 0's
     if isinstance(seed, int) and not isinstance(seed, bool):
         seeds = [seed + b for b in range(batch)]
     else:

@@ -12,7 +12,8 @@ what else a repeat needs, and what makes runs differ across hosts).
 - `costs_dir()`: `$MTDECODE_COSTS_DIR`, else `cache_dir() / "costs"`. Delete a file there (or run
   `mtdecode costs --measure-again`) to measure again.
 - `kept(kind, key, measure)`: the JSON value stored under `key`, made by `measure()` the first time. One
-  process measures while others wait for it (a file lock), so parallel test workers agree too.
+  process measures while others wait for it (a file lock), so parallel test workers agree too; the ranks of
+  a distributed run all take rank 0's (`mtdecode.distributed`).
 - `announcing(callback)`: within it, `callback(kind, folder)` is called before each measurement that was not
   kept yet (`make demo` prints a progress line with it).
 
@@ -37,6 +38,8 @@ from pathlib import Path
 
 import torch
 from filelock import FileLock
+
+from mtdecode import distributed
 
 #: the reference costs that ship with mtdecode (see the module's docstring)
 REFERENCE = Path(__file__).resolve().parent / "zoo" / "costs"
@@ -69,29 +72,64 @@ def kept(kind: str, key: dict, measure: Callable[[], dict]) -> dict:
 
     The file is `costs_dir() / f"{kind}-{digest}.json"`, holding the key beside the value so that a person can
     read what was measured where. JSON keeps floats exactly (their shortest repr), so the process that measured
-    and every later one use the same numbers.
+    and every later one use the same numbers. On several ranks (`mtdecode.distributed`) every rank takes rank 0's
+    value, measured by all of them together where none was kept.
     """
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     folder = costs_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{kind}-{digest}.json"
+    if distributed.ranks() > 1:
+        return _kept_together(kind, path, key, measure)
     if reference_mode() == "reference":  # read only: the shipped files are not written, and nothing is timed
-        stored = json.loads(path.read_text()) if path.exists() else {}
-        if stored.get("key") != key:
-            raise LookupError(
-                f"no reference {kind} cost for {json.dumps(key, sort_keys=True)} in {folder}; record it on an idle "
-                "host with MTDECODE_COSTS=record-reference, or unset MTDECODE_COSTS to measure on this one"
-            )
+        stored = _stored(path, key)
+        if stored is None:
+            raise LookupError(_no_reference(kind, key, folder))
         return stored["value"]
     with FileLock(str(path) + ".lock"):
-        if path.exists():
-            stored = json.loads(path.read_text())
-            if stored.get("key") == key:
-                return stored["value"]
+        stored = _stored(path, key)
+        return stored["value"] if stored is not None else _measure(kind, path, key, measure)
+
+
+def _kept_together(kind: str, path: Path, key: dict, measure: Callable[[], dict]) -> dict:
+    """`kept` on several ranks (`mtdecode.distributed`): rank 0 reads the file and every rank takes what it holds;
+    where it holds nothing, every rank measures, together (a sharded model's forwards need every rank, and the
+    measurement's clock is rank 0's: `mtdecode.costs.timing.seconds`), and rank 0's value is kept and used by all."""
+    found = None
+    if distributed.rank() == 0:
+        stored = _stored(path, key)
+        found = {"value": stored["value"]} if stored is not None else {}
+        if stored is None and reference_mode() == "reference":
+            found = {"error": _no_reference(kind, key, path.parent)}
+    found = distributed.agreed(found)
+    if "error" in found:
+        raise LookupError(found["error"])
+    if "value" in found:
+        return found["value"]
+    return distributed.agreed(_measure(kind, path, key, measure, write=distributed.rank() == 0))
+
+
+def _stored(path: Path, key: dict) -> dict | None:
+    """The kept file at `path` (its key, its value, where it was measured) if it was kept for `key`."""
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    return stored if stored.get("key") == key else None
+
+
+def _no_reference(kind: str, key: dict, folder: Path) -> str:
+    return (
+        f"no reference {kind} cost for {json.dumps(key, sort_keys=True)} in {folder}; record it on an idle "
+        "host with MTDECODE_COSTS=record-reference, or unset MTDECODE_COSTS to measure on this one"
+    )
+
+
+def _measure(kind: str, path: Path, key: dict, measure: Callable[[], dict], *, write: bool = True) -> dict:
+    """`measure()`, announced (`announcing`), and kept at `path` unless `write` is false."""
+    if write:
         for callback in _ANNOUNCE:
-            callback(kind, folder)
-        value = json.loads(json.dumps(measure()))  # the same round trip a later reader makes
-        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
+            callback(kind, path.parent)
+    value = json.loads(json.dumps(measure()))  # the same round trip a later reader makes
+    if write:
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
             kept_file = {"key": key, "value": value}
             if reference_mode():  # a reference cost says where it was measured
                 kept_file["measured_on"] = {**this_host(), "cpu": cpu_name()}
@@ -125,11 +163,16 @@ def forget(kind: str | None = None) -> int:
 
 def weights_key(module: torch.nn.Module) -> str:
     """A fingerprint of a module's weight values (what `module_key` leaves out), for what depends on them: each
-    parameter's sum and first values, hashed; computed once per module object."""
+    parameter's sum and first values, hashed; computed once per module object. Of a sharded module, every rank's
+    shards (`mtdecode.distributed.local`), hashed together."""
     if module not in _WEIGHTS:
         with torch.no_grad():
-            parts = [(name, float(p.double().sum()), p.flatten()[:8].tolist()) for name, p in module.named_parameters()]
-        _WEIGHTS[module] = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+            weights = [(name, distributed.local(p)) for name, p in module.named_parameters()]
+            parts = [(name, float(p.double().sum()), p.flatten()[:8].tolist()) for name, p in weights]
+        digest = hashlib.sha256(repr(parts).encode()).hexdigest()
+        if distributed.is_sharded(module):
+            digest = hashlib.sha256(repr(distributed.gathered(digest)).encode()).hexdigest()
+        _WEIGHTS[module] = digest[:16]
     return _WEIGHTS[module]
 
 
@@ -177,13 +220,17 @@ def host_key() -> dict:
 
 
 def this_host() -> dict:
-    """This host as `host_key` describes it: torch, its CPU kernels and threads, the machine."""
-    return {
+    """This host as `host_key` describes it: torch, its CPU kernels and threads, the machine, and the number of ranks
+    of a distributed run."""
+    host = {
         "torch": torch.__version__,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
         "machine": platform.machine(),
     }
+    if distributed.ranks() > 1:  # a sharded forward costs its collectives too (a single process's keys stay)
+        host["ranks"] = distributed.ranks()
+    return host
 
 
 @cache

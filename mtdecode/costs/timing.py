@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from mtdecode import store
+from mtdecode import distributed, store
 from mtdecode.model import CausalLM, Runner
 
 #: numbers of new tokens whose forward cost is measured
@@ -234,10 +234,12 @@ def _measure(
 
 
 def seconds(run: Callable[[], object]) -> float:
-    """How long one call of `run` takes: the clock every measurement of the package reads."""
+    """How long one call of `run` takes: the clock every measurement of the package reads. On several ranks, rank
+    0's time on every rank (`mtdecode.distributed.agreed`), so that what a measurement does next (measure again
+    while noisy) is the same on all of them."""
     start = time.perf_counter()
     run()
-    return time.perf_counter() - start
+    return distributed.agreed(time.perf_counter() - start)
 
 
 def fastest(run: Callable[[], object], repeats: int = 5, *, then: Callable[[], object] = lambda: None) -> float:

@@ -24,7 +24,7 @@ from typing import no_type_check
 import torch
 from transformers import PreTrainedModel
 
-from mtdecode import masks
+from mtdecode import distributed, masks
 from mtdecode.cache import KVCache, cache_keyword
 from mtdecode.model.support import (
     UnsupportedModelError,
@@ -56,6 +56,9 @@ class CausalLM:
         self._layer_types = layer_types(model.config)
         self._cache_keyword = cache_keyword(model.forward)
         self._features_are_last_hidden: bool | None = None  # found on the first `forward_features`
+        self.sharded = distributed.is_sharded(model)  # over the ranks of torch.distributed (a `tp_plan`)
+        if self.sharded:
+            distributed.decode_together()
         if probe:
             from mtdecode.model.probe import probe_custom_mask  # the probe drives this adapter through a Runner
 
@@ -191,6 +194,8 @@ class CausalLM:
             raise ValueError(f"position_ids has shape {tuple(position_ids.shape)}; expected {(batch, num_new)}")
         if cache.valid is not None and cache.valid.shape[0] != batch:
             raise ValueError(f"the cache holds {cache.valid.shape[0]} rows but {batch} were fed")
+        if self.sharded:  # the layers' collectives need every rank's forward, over the same shape
+            distributed.check_alike(f"the shape of {self.name}'s forward", (batch, num_new, cache.columns))
         read = valid if read is None else read
         skipping = contextlib.nullcontext() if read is None else computing_only(read, _kept(read, logits_to_keep))
         with torch.no_grad(), skipping:  # switched token-wise layers skip the cells nobody reads

