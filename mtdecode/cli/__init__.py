@@ -6,6 +6,7 @@
     mtdecode masks batch --draft-tokens 2 --out batch.png     # one panel per row of a batch
     mtdecode check mypackage.module:my_decoder [--checks greedy sampling seeds] [--python PATH] [--json FILE]
     mtdecode costs [--model MODEL] [--measure-again]
+    torchrun --nproc-per-node 2 -m mtdecode bench --quick --tp   # the target sharded over 2 ranks; rank 0 prints
 
 Strategies come from `mtdecode.strategies.REGISTRY`, and their settings from the fields of
 their dataclasses, so a strategy added to the registry shows up here with nothing else to
@@ -13,12 +14,22 @@ wire. Bad arguments end in a one-line error and exit code 2.
 """
 
 import argparse
+import contextlib
+import os
 import sys
 
 from mtdecode import bench as suite
 from mtdecode.cli.check import check
 from mtdecode.cli.commands import QUICK, bench, costs, generate, masks
-from mtdecode.cli.common import DTYPES, Parser, UsageError, add_model_arguments, at_least_zero, positive
+from mtdecode.cli.common import (
+    DTYPES,
+    Parser,
+    UsageError,
+    add_model_arguments,
+    add_tp_argument,
+    at_least_zero,
+    positive,
+)
 from mtdecode.strategies import REGISTRY
 from mtdecode.zoo import DEFAULT_MODEL
 
@@ -95,6 +106,7 @@ def build_parser() -> Parser:
     c.add_argument("--model", help="check greedy decoding on this local model folder (or the embedded model's name) "
                    "instead of the oracle's tiny models")
     c.add_argument("--device", default="cpu", help="torch device for --model (cpu, cuda, ...)")
+    add_tp_argument(c)
     c.add_argument("--python", metavar="PATH", help="run the decoder in this other interpreter (a venv with another "
                    "transformers, no mtdecode needed), through a subprocess bridge that moves the models exactly")
     c.add_argument("--plain", action="store_true", help="the decoder does not guess (plain greedy or sampling): do "
@@ -120,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        if getattr(args, "tp", False) and os.environ.get("RANK", "0") != "0":  # rank 0 prints for all
+            args.no_progress = True
+            with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+                return args.run(args)
         return args.run(args)
     except UsageError as error:
         print(f"mtdecode: error: {error}", file=sys.stderr)

@@ -29,7 +29,7 @@ def check(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown --families {', '.join(unknown)}; choose from {', '.join(blackbox.GREEDY_MODELS)}")
     decoder = remote(args) if args.python else load_decoder(args.target)
     dtype = None if args.dtype is None else getattr(torch, args.dtype)
-    model = None if args.model is None else load(args.model, args.device, dtype=args.dtype)
+    model = None if args.model is None else load(args.model, args.device, dtype=args.dtype, tp=args.tp)
     greedy = dict(examples=args.examples, dtype=dtype, model=model, require_guesses=not args.plain)
     if args.families:
         greedy["families"] = args.families

@@ -35,7 +35,7 @@ def generate(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.strategy} takes no draft model; --draft is for: {', '.join(_drafted())}")
     draft_wanted = draft_name(args, needs_draft(strategy_class), args.strategy)
 
-    model = load(args.model, args.device, args.quantize)
+    model = load(args.model, args.device, args.quantize, tp=args.tp)
     tokenizer = mtdecode.load_tokenizer(args.model)
     if draft_wanted is not None:
         settings["draft"] = load(draft_wanted, args.device, args.quantize)
@@ -116,7 +116,7 @@ def bench(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     suite.hold_freed_memory()  # no run pays for the pages that the one before it gave back
-    model = load(args.model, args.device, args.quantize, args.dtype)
+    model = load(args.model, args.device, args.quantize, args.dtype, tp=args.tp)
     tokenizer = mtdecode.load_tokenizer(args.model)
     draft = load(draft_wanted, args.device, args.quantize, args.dtype) if draft_wanted else None
     _quiet_transformers()
@@ -134,8 +134,8 @@ def bench(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
 
     print(
-        f"\n{args.model} ({args.dtype or 'float32'}): {size['prompts_per_task']} prompt(s) per task, at most "
-        f"{size['max_new_tokens']} new tokens, greedy, interleaved runs in one process; {seconds:.0f} s in all"
+        f"\n{args.model} ({args.dtype or 'float32'}{sharded()}): {size['prompts_per_task']} prompt(s) per task, at "
+        f"most {size['max_new_tokens']} new tokens, greedy, interleaved runs; {seconds:.0f} s in all"
     )
     print_table(suite.TABLE_HEADER, suite.table(rows))
     if bound is not None:
@@ -165,6 +165,13 @@ def bench(args: argparse.Namespace) -> int:
         suite.plot(args.plot, rows, title=f"{Path(args.model).name}, greedy, {size['max_new_tokens']} new tokens")
         print(f"plot written to {args.plot}")
     return 0
+
+
+def sharded() -> str:
+    """How the target is sharded, for a table's header: over how many ranks, or nothing."""
+    from mtdecode import distributed
+
+    return f", sharded over {distributed.ranks()} ranks" if distributed.ranks() > 1 else ""
 
 
 def bench_options(assignments: list[str], names: list[str]) -> dict[str, dict]:

@@ -2,6 +2,7 @@
 
 import argparse
 import dataclasses
+import os
 import sys
 import types
 import typing
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import mtdecode
 from mtdecode.strategies import REGISTRY
-from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL
+from mtdecode.zoo import DEFAULT_MODEL, DRAFT_MODEL, tensor_parallel_plan
 
 #: the dtypes --dtype takes
 DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -73,6 +74,14 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["int8"],
         help="int8: the target and the draft with int8 linear layers (CPU; cheaper, different models: see load_model)",
     )
+    add_tp_argument(parser)
+
+
+def add_tp_argument(parser: argparse.ArgumentParser) -> None:
+    """`--tp`: the target sharded over the ranks of `torchrun` (`load`)."""
+    parser.add_argument("--tp", action="store_true", help="under torchrun: shard the target over the ranks (tensor "
+                        "parallelism; transformers' plan, or the MLPs alone where the heads do not split evenly); a "
+                        "draft stays whole on every rank. Rank 0 prints")  # fmt: skip
 
 
 def check_output(path: str | None, option: str) -> None:
@@ -110,17 +119,30 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: torch sees no CUDA GPU on this machine")
 
 
-def load(name: str, device: str, quantize: str | None = None, dtype: str | None = None):
+def load(name: str, device: str, quantize: str | None = None, dtype: str | None = None, *, tp: bool = False):
     """`mtdecode.load_model` (in `dtype`, a torch dtype's name; default float32), with its failures turned into
-    one-line usage errors."""
+    one-line usage errors; with `tp`, sharded over the ranks of `torchrun` (`mtdecode.zoo.tensor_parallel_plan`)."""
     import torch
 
     check_model_name(name)
     check_device(device)
-    print(f"loading {name}{' (int8)' if quantize else ''}{f' in {dtype}' if dtype else ''} ...", file=sys.stderr,
-          flush=True)  # fmt: skip
+    if device == "cuda" and "LOCAL_RANK" in os.environ:  # under torchrun, each rank's own GPU (a draft's too)
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+    plan = None
+    if tp:
+        if "WORLD_SIZE" not in os.environ:
+            raise UsageError("--tp runs under torchrun: torchrun --nproc-per-node N -m mtdecode ... --tp")
+        if quantize:
+            raise UsageError("--tp shards a float model: leave out --quantize")
+        plan = tensor_parallel_plan(name)
+    sharding = {None: "", "auto": ", sharded", "mlp": ", its MLPs sharded (its heads do not split evenly)"}[plan]
+    ranks = f" over {os.environ['WORLD_SIZE']} ranks" if plan else ""
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
+        print(f"loading {name}{' (int8)' if quantize else ''}{f' in {dtype}' if dtype else ''}{sharding}{ranks} ...",
+              file=sys.stderr, flush=True)  # fmt: skip
     try:
-        return mtdecode.load_model(name, device=device, quantize=quantize, dtype=getattr(torch, dtype or "float32"))
+        return mtdecode.load_model(name, device=device, quantize=quantize, dtype=getattr(torch, dtype or "float32"),
+                                   tp_plan=plan)  # fmt: skip
     except (OSError, ValueError, RuntimeError, mtdecode.UnsupportedModelError) as error:
         raise UsageError(f"cannot load model {name!r}: {_first_line(error)}") from error
 
