@@ -15,9 +15,8 @@ from mtdecode.beam_q import HeadQ
 from mtdecode.strategies import MMTAD, MTAD, mmtad, mtad
 from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import sampled_run
-from mtdecode.testing.models import perturbed
+from mtdecode.testing.models import perturbed, random_head
 from mtdecode.testing.mtad import check_multi_candidate_rule, check_threshold_rule, prefix_log_ratios
-from mtdecode.zoo.eagle import EagleHead
 
 
 @functools.cache
@@ -27,18 +26,9 @@ def pair(vocab: int, kind: str):
         "same": lambda: target,
         "noisy": lambda: perturbed(target, 0.5, seed=1),
         "other": lambda: tiny_model("qwen2", vocab_size=vocab, seed=4),
-        "head": lambda: head_for(target),
+        "head": lambda: random_head(target),  # scores the even tokens only (q = 0 on the odd ones)
     }
     return target, draft[kind]()
-
-
-def head_for(target) -> EagleHead:
-    """A random feature head for `target` that scores its even tokens only (q = 0 on the odd ones)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(2)
-        weights = target.get_input_embeddings().weight, target.get_output_embeddings().weight
-        head = EagleHead(target.config, *weights, torch.arange(0, target.config.vocab_size, 2))
-    return head.to(dtype=target.dtype).eval()
 
 
 SAMPLERS = [Sampler(0.0), Sampler(1.0), Sampler(0.7, top_k=5), Sampler(1.0, top_p=0.9)]

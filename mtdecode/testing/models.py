@@ -84,6 +84,18 @@ def perturbed(model: PreTrainedModel, scale: float, *, seed: int = 0) -> PreTrai
     return noisy.eval()
 
 
+def random_head(target: PreTrainedModel, *, every: int = 2, seed: int = 2):
+    """A randomly initialised `EagleHead` for `target` (its embeddings and output rows), scoring every `every`-th
+    token only (q = 0 on the others), in the target's dtype: a feature-level draft for tests."""
+    from mtdecode.zoo.eagle import EagleHead
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        weights = target.get_input_embeddings().weight, target.get_output_embeddings().weight
+        head = EagleHead(target.config, *weights, torch.arange(0, target.config.vocab_size, every))
+    return head.to(dtype=target.dtype).eval()
+
+
 #: a minimal chat template in the ChatML style SmolLM2 uses
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
