@@ -129,9 +129,10 @@ def oracle(model) -> dict[str, bool]:
 def wait_for_a_rank_that_never_comes(seconds: float) -> None:
     """Rank 0 waits on a barrier that rank 1, asleep, never reaches: rank 0 hangs until `faulthandler` prints its
     stack and ends it after `seconds`, and `torchrun` then ends rank 1."""
-    faulthandler.dump_traceback_later(seconds, exit=True)
     if dist.get_rank() == 0:
+        faulthandler.dump_traceback_later(seconds, exit=True)
         dist.barrier()
+    faulthandler.cancel_dump_traceback_later()  # rank 1 lives on until torchrun ends it, after rank 0
     time.sleep(seconds + 60)
 
 
