@@ -8,8 +8,8 @@ follow from the tokens, the seeds and the measurements it keeps (`mtdecode.store
 - `agreed(value)`: rank 0's value, on every rank. A measured cost, a timing inside a measurement
   (`mtdecode.costs.timing.seconds`) and a fresh seed are agreed this way, so that no rank decides from its own clock.
 - `check_alike(what, value)`: `RankMismatchError` on every rank where the ranks' values differ. `generate` checks its
-  call on entry and each step's tokens after it, so a rank that would go its own way stops with an error instead of
-  a hang.
+  call on entry and each step's tokens after it, and `CausalLM` each forward's shape before a sharded model runs
+  it, so a rank that would go its own way stops with an error instead of a hang.
 
 All of this starts when the process first wraps a sharded model (`CausalLM`, `decode_together`): from then on
 every rank must make the same calls (one program, as `torchrun` starts it). Before that, outside
