@@ -46,8 +46,9 @@ def gaps(model, prompt: list[int], got: list[int]) -> list[str]:
 def contenders(draft) -> dict[str, object]:
     """Every strategy at its defaults, and the exact ones at fixed settings that verify guesses at every step."""
     defaults = {name: cls(draft) if needs_draft(cls) else cls() for name, cls in REGISTRY.items()}
-    fixed = {"speculative k=4": Speculative(draft, 4), "jacobi k=4": Jacobi(4), "prompt_lookup k=4": PromptLookup(4),
-             "lookahead 4,3,4": Lookahead(4, 3, 4), "eagle 10 nodes": Eagle(tree_size=10)}  # fmt: skip
+    fixed = {"speculative k=4": Speculative(draft, 4), "jacobi k=4": Jacobi(4),
+             "prompt_lookup k=4": PromptLookup(num_draft_tokens=4), "lookahead 4,3,4": Lookahead(4, 3, 4),
+             "eagle 10 nodes": Eagle(tree_size=10)}  # fmt: skip
     return defaults | fixed
 
 

@@ -65,7 +65,7 @@ def fixed(draft, head) -> dict[str, object]:
     return {
         "fixed/speculative": Speculative(draft, 3),
         "fixed/jacobi": Jacobi(4),
-        "fixed/prompt_lookup": PromptLookup(3),
+        "fixed/prompt_lookup": PromptLookup(num_draft_tokens=3),
         "fixed/lookahead": Lookahead(3, 3, 3),
         "fixed/eagle": Eagle(head, tree_size=6),
         "fixed/mtad": MTAD(draft, 3),
@@ -121,7 +121,8 @@ def divergent(model, draft) -> dict[str, str]:
 def oracle(model) -> dict[str, bool]:
     """Whether the oracle passes a correct decoder and a wrong one (a cache cropped one entry short after a
     rejection), judged against greedy decoding on the same sharded model (`check_greedy(model=...)`)."""
-    decoders = {"correct": strategy_decoder(PromptLookup(3)), "cache_rollback_off_by_one": cache_rollback_off_by_one}
+    correct = strategy_decoder(PromptLookup(num_draft_tokens=3))
+    decoders = {"correct": correct, "cache_rollback_off_by_one": cache_rollback_off_by_one}
     return {name: check_greedy(wrong_or_not, model=model, examples=3, max_prompt=40).passed
             for name, wrong_or_not in decoders.items()}  # fmt: skip
 
