@@ -257,8 +257,10 @@ def test_measured_costs_are_used_when_none_are_given(monkeypatch):
 def test_mtads_measured_guess_costs_a_whole_depth_of_its_beams(tmp_path, monkeypatch):
     """MTAD() without `costs` prices a guess at one depth of its beams (`probes.measure_beam_depth_cost`: a draft
     forward over W beam tokens per row and their children's scoring), measured once per number of rows and kept on
-    disk. With the target as its own draft, a depth as dear as 20 target forwards is never drafted; a free one is."""
-    from mtdecode.costs import probes
+    disk. With the target as its own draft, a depth as dear as 20 target forwards is never drafted; a free one is
+    (the target's forwards priced alike whatever their size, so that the depth alone decides, whatever the host's
+    load while it would have timed them)."""
+    from mtdecode.costs import DraftCosts, curves, probes
     from mtdecode.strategies import MTAD
 
     monkeypatch.setenv("MTDECODE_COSTS_DIR", str(tmp_path))
@@ -276,12 +278,18 @@ def test_mtads_measured_guess_costs_a_whole_depth_of_its_beams(tmp_path, monkeyp
 
         return measured
 
+    def flat(target, draft, rows, *, draft_cost):
+        drafts_priced.append(draft_cost)
+        return DraftCosts(draft_cost, [1.0] * 8)
+
+    drafts_priced = []
+    monkeypatch.setattr(curves, "batch_draft_costs", flat)
     for cost, drafts in ((20.0, False), (0.0, True)):
         monkeypatch.setattr(probes, "measure_beam_depth_cost", priced(cost))
         strategy = MTAD(target, beam_width=2, policy=Adaptive(acceptance=0.9))
         result = mtdecode.generate(target, [1, 2, 3], strategy, max_new_tokens=30)
         assert any(step.drafted for step in result.steps) == drafts, cost
-    assert asked == [(2, 1), (2, 1)]
+    assert asked == [(2, 1), (2, 1)] and drafts_priced == [20.0, 0.0]  # the guess is priced at the measured depth
 
 
 @pytest.mark.parametrize(
