@@ -245,3 +245,14 @@ def test_the_llama_cpp_python_decoder_talks_to_its_worker_and_reports_its_failur
         assert "worker going down" in error.value.traceback
     finally:
         decoder.close()
+
+
+def test_a_greedy_output_ends_at_its_budget_or_right_after_its_own_end_of_sequence_token():
+    """Judged on the decoder's own text (in tier 2 a flipped near-tie may reach EOS elsewhere than greedy does)."""
+    from mtdecode.testing.blackbox import _ends_where_it_should
+
+    assert _ends_where_it_should([1, 2, 3], 3, None) and _ends_where_it_should([1, 13], 3, 13)
+    assert _ends_where_it_should([13], 5, [7, 13])
+    assert not _ends_where_it_should([1, 2], 3, None)  # short of the budget with no EOS
+    assert not _ends_where_it_should([1, 13, 2], 3, 13)  # went on after its EOS
+    assert not _ends_where_it_should([1, 2], 3, 13)

@@ -38,6 +38,8 @@ class Entry:
     checks: dict[str, Callable[[], Report]]
     reports: dict[str, Report] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # each check's wall time
+    #: a line about the whole run, read after it (llama.cpp: the runs that lost their output)
+    afterword: Callable[[], str] | None = None
 
 
 def hf_early_exit_decoder(layers: int = 1) -> Callable:
@@ -62,17 +64,22 @@ def llama_cpp_entries() -> list[Entry]:
     found = []
     for name, program in PROGRAMS.items():
         raw, cut = llama_cpp_decoder(name), llama_cpp_decoder(name, cut_to_budget=True)
-        # lookahead seeds its window with the token ids 100 to 114, so only the 32k vocabulary can run it through
+        # lookahead seeds its window with the token ids 100 to 114: of the greedy models only the 32k vocabulary runs
+        # it (the sampling model, a vocabulary of 8, shows the crash)
         families = ("llama-32k",) if name == "lookahead" else LLAMA_MODELS
         checks = {
-            "greedy": lambda raw=raw: check_greedy(raw, families=LLAMA_MODELS, dtype="float32"),
+            "greedy": lambda raw=raw, f=families: check_greedy(raw, families=f, dtype="float32"),
             "greedy, cut to the budget": lambda cut=cut, f=families: check_greedy(cut, families=f, dtype="float32"),
             "sampling, cut to the budget": lambda cut=cut: check_sampling(cut),
             "seeds, cut to the budget": lambda cut=cut: check_seeds(cut),
         }
         what = f"`{program.binary}`, {program.what}; the draft is a noisy copy of the model" if program.draft else (
             f"`{program.binary}`, {program.what}")  # fmt: skip
-        found.append(Entry(f"llama.cpp {name}", version, what, checks))
+        lost = lambda raw=raw, cut=cut: (  # noqa: E731
+            f"{raw.lost_runs + cut.lost_runs} runs exited with 0 having lost their output and were run again with the "
+            "same seed (see Engines under the oracle)"
+        )
+        found.append(Entry(f"llama.cpp {name}", version, what, checks, afterword=lost))
     lookup = llama_cpp_python_decoder()
     found.append(
         Entry(
@@ -174,8 +181,14 @@ def _tier(report: Report) -> str:
 
 
 def _found(report: Report) -> str:
-    """The summary without its "check_x passed: " heading, whole."""
-    return report.summary.split(": ", 1)[-1].replace("|", "/").replace("\n", " ").rstrip(".")
+    """The summary without its "check_x passed: " heading; for a crash, its first paragraph and the last line of the
+    traceback (where a program's abort message stands)."""
+    text = report.summary.split("\n\n")[0] if report.verdict == "crashed" else report.summary
+    if report.verdict == "crashed":
+        lines = [line.strip() for line in report.figures.get("traceback", "").splitlines() if line.strip()]
+        last = lines[-1] if lines else ""
+        text = text.rstrip(".") + (f"; its last words: `{last}`" if last else "")
+    return text.split(": ", 1)[-1].replace("|", "/").replace("\n", " ").rstrip(".")
 
 
 def markdown(done: list[Entry]) -> str:
@@ -209,6 +222,8 @@ def markdown(done: list[Entry]) -> str:
         lines.append("")
         for name, report in entry.reports.items():
             lines.append(f"- {name}, {report.verdict}: {_found(report)}.")
+        if entry.afterword is not None:
+            lines.append(f"- {entry.afterword()}.")
         lines.append("")
     return "\n".join(lines)
 

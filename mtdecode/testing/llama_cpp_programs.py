@@ -48,7 +48,7 @@ from mtdecode.testing.gguf_models import read_spelled, spell, write_gguf
 #: seconds one program run may take before it counts as hung (a tiny model decodes in about 0.03 s)
 TIMEOUT = 120
 #: how many times a run that lost its output is run again
-RERUNS = 5
+RERUNS = 10
 #: how much of a failing program's standard error an error shows
 STDERR_TAIL = 3000
 #: the colour escapes lookahead wraps accepted tokens in

@@ -70,7 +70,8 @@ def check_seeds(
     except DecoderError as error:
         verdict = "crashed" if error.crashed else "fails"
         summary = f"check_seeds {verdict.upper()}: {name}: {error}.\n\n{error.traceback}".rstrip()
-        return Report("check_seeds", False, summary, {"error": str(error)}, verdict=verdict)
+        figures = {"error": str(error), "traceback": error.traceback}
+        return Report("check_seeds", False, summary, figures, verdict=verdict)
     figures = {"seeds": list(seeds), "repeats": repeats, "tokens": tokens, "runs": runs, "coverage": record.to_json()}
     coincide = _coincidence_bound(len(seeds))
     figures["false_alarm"] = coincide
