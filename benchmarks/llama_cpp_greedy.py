@@ -11,7 +11,8 @@ the target's full output layer in place of its subset head), written as float32 
 The reference is llama.cpp's greedy decoding itself, run through llama-cpp-python on the same libraries
 (`mtdecode/testing/llama_cpp_python_worker.py`): the prompt as one batch, then one token per forward. Every
 program's text is compared with the reference's, byte for byte, up to the reference's length (the programs
-may write a token or two past `-n`, which is counted apart). Where a program's text departs, the reference's
+may write a token or two past `-n`: the last column counts the identical texts that go on past the
+reference's end). Where a program's text departs, the reference's
 margin there (its top logit minus the second) is shown against ε = 2δ, δ the largest logit difference between
 the reference's path and one batched forward over the same text (measured on every prompt): a departure
 within ε is a tie that llama.cpp's own batching can flip, one beyond it a bug. `llama-simple`, llama.cpp's
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
             print(file=sys.stderr)
             results[name], seconds[name] = rows, time.perf_counter() - began
     print()
-    print("| program | identical to llama.cpp's greedy | departures (token, margin, verdict) | past -n | seconds |")
+    print("| program | identical to llama.cpp's greedy | departures (token, margin) | of those, longer | seconds |")
     print("| --- | --- | --- | --- | --- |")
     for name, rows in results.items():
         same = sum(r["identical"] for r in rows)
@@ -128,10 +129,8 @@ def main(argv: list[str] | None = None) -> None:
             if not r["identical"]
         ]
         longer = sum(r.get("longer_by_bytes", 0) > 0 for r in rows)
-        print(
-            f"| {name} | {same} of {len(rows)} | {'; '.join(away) or '-'} | {longer} of {len(rows)} | "
-            f"{seconds[name]:.0f} |"
-        )
+        cells = [name, f"{same} of {len(rows)}", "; ".join(away) or "-", f"{longer} of {same}", f"{seconds[name]:.0f}"]
+        print("| " + " | ".join(cells) + " |")
     print(f"\nε = {epsilon:.4g}; {time.perf_counter() - start:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps({"epsilon": epsilon, "delta": delta, "results": results}, indent=1))

@@ -256,3 +256,28 @@ def test_a_greedy_output_ends_at_its_budget_or_right_after_its_own_end_of_sequen
     assert not _ends_where_it_should([1, 2], 3, None)  # short of the budget with no EOS
     assert not _ends_where_it_should([1, 13, 2], 3, 13)  # went on after its EOS
     assert not _ends_where_it_should([1, 2], 3, 13)
+
+
+def test_the_conformance_page_gives_each_row_its_tier_coverage_and_a_crash_its_last_words(tmp_path):
+    """Made from saved reports (as `--render` makes it): the tier, the engine's counts and the power rule's
+    shares in the row; a crash's first paragraph and the program's abort message; the afterword."""
+    from mtdecode.testing import conformance
+    from mtdecode.testing.report import Report
+
+    seen = {"forwards": 0, "prefills": 0, "verifications": 0, "drafted": 9, "accepted": 4, "rows": 10,
+            "rows_guessing": 6}  # fmt: skip
+    greedy = Report("check_greedy", True, "check_greedy passed: fine.", {"tier": "exact up to ties", "coverage": seen})
+    sampling = Report("check_sampling", False, "check_sampling INCONCLUSIVE: rare.", {
+        "coverage": seen, "guessing_share": 0.06, "guessing_share_needed": 0.124}, verdict="inconclusive")
+    crash = Report("check_seeds", False, "check_seeds CRASHED: x: it died.\n\nline 1\nfailed to add token 101\n",
+                   {"traceback": "line 1\nfailed to add token 101\n"}, verdict="crashed")  # fmt: skip
+    entry = conformance.Entry("llama.cpp lookup", "v1", "the program", {}, {"greedy": greedy, "sampling": sampling},
+                              {"greedy": 1.0, "sampling": 2.0}, afterword=lambda: "3 runs were run again")
+    other = conformance.Entry("lade", "v2", "lade", {}, {"seeds": crash}, {"seeds": 0.5})
+    conformance.save([entry, other], tmp_path / "page.json")
+    page = conformance.markdown(conformance.load(tmp_path / "page.json"))
+    row = "| llama.cpp lookup | v1 | greedy | **conforms** | 2, exact up to ties | the engine reported 9 tokens drafted"
+    assert row in page
+    assert "the guessed path ran in 6 of 10 runs (6.0%; the power rule needs 12.4%)" in page
+    assert "- seeds, crashed: x: it died; its last words: `failed to add token 101`." in page
+    assert "- 3 runs were run again." in page and "line 1" not in page

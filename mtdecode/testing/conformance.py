@@ -1,6 +1,7 @@
 """The conformance report: the oracle run on every public implementation that can be installed here.
 
     python -m mtdecode.testing.conformance --write docs/conformance.md [--lade PYTHON] [--engines]
+    python -m mtdecode.testing.conformance --render docs/conformance.json --write docs/conformance.md
 
 Each implementation goes through the checks that apply to it at their defaults (greedy, sampling and
 seeds for a decoder; the rejection-sampler check for a kernel), and the page lists its version, each
@@ -11,6 +12,7 @@ models it patches. `--engines` adds llama.cpp's programs, built by `make engines
 """
 
 import argparse
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -172,11 +174,11 @@ def _coverage(report: Report) -> str:
 
 def _tier(report: Report) -> str:
     """The exactness a check holds the implementation to."""
-    if report.name == "check_greedy":
+    if report.check == "check_greedy":
         tier = report.figures.get("tier", "")
         return {"bit-exact": "1, bit-exact", "exact up to ties": "2, exact up to ties"}.get(tier, tier or "-")
     return {"check_sampling": "the law (chi-square)", "check_seeds": "seeded runs repeat"}.get(
-        report.name, "the law (chi-square)"
+        report.check, "the law (chi-square)"
     )
 
 
@@ -228,15 +230,46 @@ def markdown(done: list[Entry]) -> str:
     return "\n".join(lines)
 
 
+def save(done: list[Entry], path: Path) -> None:
+    """Every entry's reports as JSON, written before the page is made (`--render` makes the page from it again)."""
+    data = [
+        {
+            "name": e.name, "version": e.version, "what": e.what, "seconds": e.seconds,
+            "reports": {name: report.to_json() for name, report in e.reports.items()},
+            "afterword": e.afterword() if e.afterword is not None else None,
+        }
+        for e in done
+    ]  # fmt: skip
+    path.write_text(json.dumps(data, indent=1))
+
+
+def load(path: Path) -> list[Entry]:
+    """The entries `save` wrote."""
+    entries_ = []
+    for item in json.loads(path.read_text()):
+        reports = {name: Report(**report) for name, report in item["reports"].items()}
+        words = item["afterword"]
+        entry = Entry(item["name"], item["version"], item["what"], {}, reports, item["seconds"])
+        entry.afterword = (lambda words=words: words) if words else None
+        entries_.append(entry)
+    return entries_
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", help="write the Markdown page here")
+    parser.add_argument("--write", help="write the Markdown page here (and the reports beside it, as .json)")
     parser.add_argument("--lade", help="the Python of a venv with lade 0.0.2 (docs/examples/lade.md)")
     parser.add_argument("--engines", action="store_true", help="judge llama.cpp's programs too (make engines)")
     parser.add_argument("--only", help="run only the implementations whose name contains this")
+    parser.add_argument("--render", help="make the page from the reports a run saved (its .json) instead of running")
     args = parser.parse_args(argv)
-    chosen = entries(args.lade) + (llama_cpp_entries() if args.engines else [])
-    done = [run(entry) for entry in chosen if args.only is None or args.only in entry.name]
+    if args.render:
+        done = load(Path(args.render))
+    else:
+        chosen = entries(args.lade) + (llama_cpp_entries() if args.engines else [])
+        done = [run(entry) for entry in chosen if args.only is None or args.only in entry.name]
+        if args.write:
+            save(done, Path(args.write).with_suffix(".json"))
     page = markdown(done)
     if args.write:
         Path(args.write).write_text(page + "\n")
