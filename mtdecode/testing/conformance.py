@@ -20,11 +20,17 @@ from pathlib import Path
 
 import transformers
 
+from mtdecode.sampling import Sampler
 from mtdecode.testing import decoders, kernels
 from mtdecode.testing.blackbox import check_greedy, check_sampling
 from mtdecode.testing.kernels import check_rejection_sampler
+from mtdecode.testing.mutants import TopPBeforeTemperature
 from mtdecode.testing.report import Report
 from mtdecode.testing.seeds import check_seeds
+
+#: the sampling settings with top-p applied before temperature, the order of llama.cpp's default sampler chain and
+#: the only one llama-cpp-python offers: its law is judged against that order's exact law too
+TOP_P_FIRST = (Sampler(temperature=1.0), Sampler(temperature=0.7, top_k=5), TopPBeforeTemperature(1.2, None, 0.8))
 
 #: the oracle's Llama models: the ones lade 0.0.2 can decode (it patches LlamaForCausalLM only)
 LLAMA_MODELS = ("llama", "llama-32k", "llama-eos", "llama-ties")
@@ -91,6 +97,7 @@ def llama_cpp_entries() -> list[Entry]:
             {
                 "greedy": lambda: check_greedy(lookup, families=LLAMA_MODELS, dtype="float32"),
                 "sampling": lambda: check_sampling(lookup),
+                "sampling, top-p before temperature": lambda: check_sampling(lookup, settings=TOP_P_FIRST),
                 "seeds": lambda: check_seeds(lookup),
             },
         )
@@ -260,14 +267,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--write", help="write the Markdown page here (and the reports beside it, as .json)")
     parser.add_argument("--lade", help="the Python of a venv with lade 0.0.2 (docs/examples/lade.md)")
     parser.add_argument("--engines", action="store_true", help="judge llama.cpp's programs too (make engines)")
-    parser.add_argument("--only", help="run only the implementations whose name contains this")
-    parser.add_argument("--render", help="make the page from the reports a run saved (its .json) instead of running")
+    parser.add_argument("--only", help="run only the implementations whose name contains one of these (a,b,...)")
+    parser.add_argument(
+        "--render", help="make the page from the reports runs saved (.json files a,b,...; a later run's entry replaces "
+        "an earlier one of the same name) instead of running"
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.render:
-        done = load(Path(args.render))
+        merged = {}
+        for path in args.render.split(","):
+            merged.update({entry.name: entry for entry in load(Path(path))})
+        done = list(merged.values())
     else:
         chosen = entries(args.lade) + (llama_cpp_entries() if args.engines else [])
-        done = [run(entry) for entry in chosen if args.only is None or args.only in entry.name]
+        wanted = args.only.split(",") if args.only else None
+        done = [run(entry) for entry in chosen if wanted is None or any(w in entry.name for w in wanted)]
         if args.write:
             save(done, Path(args.write).with_suffix(".json"))
     page = markdown(done)

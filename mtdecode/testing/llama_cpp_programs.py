@@ -13,8 +13,10 @@ the prompt spelled as text, and reads the new tokens back from what it prints. T
 - **What it printed.** The programs print the prompt, then the new tokens (lookahead colours the accepted ones)
   on standard output, and their counts on standard error. Everything after the echoed prompt is read back as
   tokens, all of it: a program that writes more tokens than `-n` asked for breaks the decoder contract, and the
-  check says so. `cut_to_budget=True` keeps only the first `max_new_tokens` (and whatever follows an
-  end-of-sequence token is cut by the program itself), so that the tokens can be judged apart from the length.
+  check says so. `cut_to_budget=True` keeps only the first `max_new_tokens`, so that the tokens can be judged
+  apart from the length. `llama-speculative-simple` does not print the end-of-sequence token it stops at: when
+  it stops short of the budget on a model with one, the decoder adds that token (any other early stop then
+  shows as a difference from greedy).
 - **Coverage.** The program's own counts (`n_drafted`, `n_accept`) go to the check's coverage
   (`Coverage.reported`): llama.cpp runs its own copy of the model, so no forward of the oracle's is seen.
 - **Exactness.** The decoder declares `runs_own_copy`: llama.cpp adds in its own order, so even in float32 a
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtdecode.testing import coverage
-from mtdecode.testing.decoders import DecoderError, noisy_assistant
+from mtdecode.testing.decoders import DecoderError, eos_of, noisy_assistant
 from mtdecode.testing.gguf_models import read_spelled, spell, write_gguf
 
 #: seconds one program run may take before it counts as hung (a tiny model decodes in about 0.03 s)
@@ -66,6 +68,8 @@ class Program:
     draft: bool = False
     #: flags it needs beyond the common ones
     flags: tuple[str, ...] = ()
+    #: whether it prints the end-of-sequence token it stops at (`llama-speculative-simple` does not)
+    prints_end: bool = True
 
 
 PROGRAMS = {
@@ -76,7 +80,7 @@ PROGRAMS = {
     ),
     "speculative-simple": Program(
         "llama-speculative-simple", "speculative decoding with a draft model, sample and match", draft=True,
-        flags=("--spec-type", "draft-simple"),
+        flags=("--spec-type", "draft-simple"), prints_end=False,
     ),
 }
 
@@ -124,6 +128,9 @@ def llama_cpp_decoder(
         printed, counts, lost = run_program(command)
         decoder.lost_runs += lost
         tokens = read_new_tokens(printed, prompt, model.config.vocab_size)
+        eos = eos_of(model)
+        if not program.prints_end and eos is not None and len(tokens) < max_new_tokens:
+            tokens.append(eos if isinstance(eos, int) else eos[0])  # it stopped at the EOS it does not print
         record = coverage.active()
         if record is not None:
             record.reported(drafted=counts.get("n_drafted"), accepted=counts.get("n_accept", 0))

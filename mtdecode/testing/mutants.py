@@ -206,9 +206,10 @@ class _NucleusWithoutCrossing(Sampler):
         return probs / probs.sum(-1, keepdim=True)
 
 
-class _NucleusBeforeTemperature(Sampler):
+class TopPBeforeTemperature(Sampler):
     """Top-p applied to the untempered distribution, temperature after: the nucleus is chosen from other
-    probabilities than the ones sampled (transformers and the oracle apply temperature first)."""
+    probabilities than the ones sampled. A bug where temperature comes first (transformers and the oracle), and the
+    order of llama.cpp's default sampler chain, the only one llama-cpp-python offers (a law to judge it by)."""
 
     def probs(self, logits):
         if self.top_p is None or self.temperature == 0:
@@ -222,7 +223,7 @@ class _NucleusBeforeTemperature(Sampler):
 _SAMPLERS = {
     "ties_to_highest_id": _LastMaxSampler,
     "nucleus_without_crossing_token": _NucleusWithoutCrossing,
-    "nucleus_before_temperature": _NucleusBeforeTemperature,
+    "nucleus_before_temperature": TopPBeforeTemperature,
 }
 
 
