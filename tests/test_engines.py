@@ -83,7 +83,7 @@ sys.exit(plan.get("exit", 0))
 @pytest.fixture
 def stand_in(tmp_path, monkeypatch):
     """A folder with the stand-in as `llama-lookup` and `llama-speculative`; returns a function that sets its plan."""
-    for name in ("llama-lookup", "llama-speculative"):
+    for name in ("llama-lookup", "llama-speculative", "llama-speculative-simple"):
         program = tmp_path / name
         program.write_text(f"#!{sys.executable}\n" + STAND_IN)
         program.chmod(0o755)
@@ -148,6 +148,11 @@ def test_the_llama_cpp_decoder_reports_what_a_program_does_wrong(stand_in, monke
         model, [1], max_new_tokens=1, temperature=0.0, top_k=None, top_p=None, seed=0
     )
     assert "-md" in stand_in([5])[-1]
+    # speculative-simple does not print the end-of-sequence token it stops at: added back when it stops short
+    simple = llama_cpp_decoder("speculative-simple", bin_folder=stand_in.folder)
+    settings = dict(max_new_tokens=4, temperature=0.0, top_k=None, top_p=None, seed=0)
+    assert simple(greedy_model("llama-eos", torch.float32), [1], **settings) == [5, 13]
+    assert simple(model, [1], **settings) == [5]  # a model without one: nothing to add
 
 
 def test_a_decoder_with_its_own_copy_of_the_model_is_judged_up_to_ties_even_in_float32():

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtdecode.testing import coverage
-from mtdecode.testing.decoders import DecoderError, eos_of, noisy_assistant
+from mtdecode.testing.decoders import DecoderError, noisy_assistant
 from mtdecode.testing.gguf_models import read_spelled, spell, write_gguf
 
 #: seconds one program run may take before it counts as hung (a tiny model decodes in about 0.03 s)
@@ -128,7 +128,7 @@ def llama_cpp_decoder(
         printed, counts, lost = run_program(command)
         decoder.lost_runs += lost
         tokens = read_new_tokens(printed, prompt, model.config.vocab_size)
-        eos = eos_of(model)
+        eos = model.generation_config.eos_token_id  # (not CausalLM.wrap: its first wrap probes the model)
         if not program.prints_end and eos is not None and len(tokens) < max_new_tokens:
             tokens.append(eos if isinstance(eos, int) else eos[0])  # it stopped at the EOS it does not print
         record = coverage.active()
