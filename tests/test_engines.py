@@ -269,7 +269,7 @@ def test_the_conformance_page_gives_each_row_its_tier_coverage_and_a_crash_its_l
     from mtdecode.testing import conformance
     from mtdecode.testing.report import Report
 
-    seen = {"forwards": 0, "prefills": 0, "verifications": 0, "drafted": 9, "accepted": 4, "rows": 10,
+    seen = {"forwards": 0, "prefills": 0, "verifications": 0, "calls": 10, "drafted": 9, "accepted": 4, "rows": 10,
             "rows_guessing": 6}  # fmt: skip
     greedy = Report("check_greedy", True, "check_greedy passed: fine.", {"tier": "exact up to ties", "coverage": seen})
     sampling = Report("check_sampling", False, "check_sampling INCONCLUSIVE: rare.", {
