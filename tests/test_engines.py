@@ -265,7 +265,7 @@ def test_a_greedy_output_ends_at_its_budget_or_right_after_its_own_end_of_sequen
 
 def test_the_conformance_page_gives_each_row_its_tier_coverage_and_a_crash_its_last_words(tmp_path):
     """Made from saved reports (as `--render` makes it): the tier, the engine's counts and the power rule's
-    shares in the row; a crash's first paragraph and the program's abort message; the afterword."""
+    shares in the row; a crash's first paragraph and the program's abort message (its path cut); the afterword."""
     from mtdecode.testing import conformance
     from mtdecode.testing.report import Report
 
@@ -274,8 +274,9 @@ def test_the_conformance_page_gives_each_row_its_tier_coverage_and_a_crash_its_l
     greedy = Report("check_greedy", True, "check_greedy passed: fine.", {"tier": "exact up to ties", "coverage": seen})
     sampling = Report("check_sampling", False, "check_sampling INCONCLUSIVE: rare.", {
         "coverage": seen, "guessing_share": 0.06, "guessing_share_needed": 0.124}, verdict="inconclusive")
-    crash = Report("check_seeds", False, "check_seeds CRASHED: x: it died.\n\nline 1\nfailed to add token 101\n",
-                   {"traceback": "line 1\nfailed to add token 101\n"}, verdict="crashed")  # fmt: skip
+    words = "line 1\n/home/dev/llama.cpp/common/common.cpp:2158: failed to add token 101\n30\t../wait4.c: no file\n"
+    crash = Report("check_seeds", False, "check_seeds CRASHED: x: it died.\n\n" + words, {"traceback": words},
+                   verdict="crashed")  # fmt: skip
     entry = conformance.Entry("llama.cpp lookup", "v1", "the program", {}, {"greedy": greedy, "sampling": sampling},
                               {"greedy": 1.0, "sampling": 2.0}, afterword=lambda: "3 runs were run again")
     other = conformance.Entry("lade", "v2", "lade", {}, {"seeds": crash}, {"seeds": 0.5})
@@ -284,5 +285,6 @@ def test_the_conformance_page_gives_each_row_its_tier_coverage_and_a_crash_its_l
     row = "| llama.cpp lookup | v1 | greedy | **conforms** | 2, exact up to ties | the engine reported 9 tokens drafted"
     assert row in page
     assert "the guessed path ran in 6 of 10 runs (6.0%; the power rule needs 12.4%)" in page
-    assert "- seeds, crashed: x: it died; its last words: `failed to add token 101`." in page
+    assert "- seeds, crashed: x: it died; its last words: `common.cpp:2158: failed to add token 101`." in page
     assert "- 3 runs were run again." in page and "line 1" not in page
+    assert "/home/dev" not in (tmp_path / "page.json").read_text()  # no build folder kept in the saved reports

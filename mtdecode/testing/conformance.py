@@ -13,6 +13,7 @@ models it patches. `--engines` adds llama.cpp's programs, built by `make engines
 
 import argparse
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -195,7 +196,8 @@ def _found(report: Report) -> str:
     text = report.summary.split("\n\n")[0] if report.verdict == "crashed" else report.summary
     if report.verdict == "crashed":
         lines = [line.strip() for line in report.figures.get("traceback", "").splitlines() if line.strip()]
-        last = lines[-1] if lines else ""
+        said = [line for line in lines if re.search(r"error|fail|abort|assert", line, re.IGNORECASE)]
+        last = _without_paths((said or lines or [""])[-1])
         text = text.rstrip(".") + (f"; its last words: `{last}`" if last else "")
     return text.split(": ", 1)[-1].replace("|", "/").replace("\n", " ").rstrip(".")
 
@@ -237,6 +239,22 @@ def markdown(done: list[Entry]) -> str:
     return "\n".join(lines)
 
 
+def _without_paths(text: str) -> str:
+    """`text` with every absolute path cut to its last part (a program's messages name the folder it was built in)."""
+    return re.sub(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)", r"\1", text)
+
+
+def _scrubbed(value):
+    """`value` (JSON data) with `_without_paths` applied to every string in it."""
+    if isinstance(value, str):
+        return _without_paths(value)
+    if isinstance(value, dict):
+        return {key: _scrubbed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(item) for item in value]
+    return value
+
+
 def save(done: list[Entry], path: Path) -> None:
     """Every entry's reports as JSON, written before the page is made (`--render` makes the page from it again)."""
     data = [
@@ -247,7 +265,7 @@ def save(done: list[Entry], path: Path) -> None:
         }
         for e in done
     ]  # fmt: skip
-    path.write_text(json.dumps(data, indent=1))
+    path.write_text(json.dumps(_scrubbed(data), indent=1))
 
 
 def load(path: Path) -> list[Entry]:
