@@ -288,3 +288,14 @@ def test_the_conformance_page_gives_each_row_its_tier_coverage_and_a_crash_its_l
     assert "- seeds, crashed: x: it died; its last words: `common.cpp:2158: failed to add token 101`." in page
     assert "- 3 runs were run again." in page and "line 1" not in page
     assert "/home/dev" not in (tmp_path / "page.json").read_text()  # no build folder kept in the saved reports
+
+
+def test_a_noisy_assistant_is_made_once_for_each_scale():
+    """The llama.cpp decoders' `draft_noise` reaches the draft: another scale is another copy, the same one is kept."""
+    from mtdecode.testing.decoders import noisy_assistant
+
+    model = greedy_model("llama", torch.float32)
+    weight = lambda m: m.get_output_embeddings().weight  # noqa: E731
+    assert noisy_assistant(model) is noisy_assistant(model, scale=0.3)
+    assert weight(noisy_assistant(model, scale=0.0)).equal(weight(model))
+    assert not weight(noisy_assistant(model)).equal(weight(model))

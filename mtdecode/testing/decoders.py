@@ -214,12 +214,14 @@ _ASSISTANTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def noisy_assistant(hf_model, scale: float = 0.3, seed: int = 1):
-    """A draft for `hf_model`: a copy with Gaussian noise of relative size `scale` on every weight (made once)."""
+    """A draft for `hf_model`: a copy with Gaussian noise of relative size `scale` on every weight (made once for each
+    scale and seed)."""
     from mtdecode.testing.models import perturbed
 
-    if hf_model not in _ASSISTANTS:
-        _ASSISTANTS[hf_model] = perturbed(hf_model, scale, seed=seed)
-    return _ASSISTANTS[hf_model]
+    made = _ASSISTANTS.setdefault(hf_model, {})  # one per noise and seed: another scale is another draft
+    if (scale, seed) not in made:
+        made[scale, seed] = perturbed(hf_model, scale, seed=seed)
+    return made[scale, seed]
 
 
 def hf_assisted_decoder(num_assistant_tokens: int = 3) -> Callable:
