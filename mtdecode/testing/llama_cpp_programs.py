@@ -31,14 +31,9 @@ the prompt spelled as text, and reads the new tokens back from what it prints. T
 """
 
 import atexit
-import itertools
-import json
 import os
 import re
-import shutil
 import subprocess
-import tempfile
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +41,12 @@ from pathlib import Path
 from mtdecode.testing import coverage
 from mtdecode.testing.decoders import DecoderError, noisy_assistant
 from mtdecode.testing.gguf_models import read_spelled, spell, write_gguf
+from mtdecode.testing.workers import STDERR_TAIL, Worker, kept_file
 
 #: seconds one program run may take before it counts as hung (a tiny model decodes in about 0.03 s)
 TIMEOUT = 120
 #: how many times a run that lost its output is run again
 RERUNS = 10
-#: how much of a failing program's standard error an error shows
-STDERR_TAIL = 3000
 #: the colour escapes lookahead wraps accepted tokens in
 _ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -189,20 +183,9 @@ def read_new_tokens(printed: str, prompt: list[int], vocab: int) -> list[int]:
         raise DecoderError(f"the program printed something that is not a token: {error}") from None
 
 
-# one GGUF file per model object, in a temporary folder removed at exit
-_FILES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_FOLDER: list[Path] = []
-_NUMBERS = itertools.count()
-
-
 def gguf_of(model) -> Path:
     """`model` written as GGUF (once per model object; the file lives until the process ends)."""
-    if model not in _FILES:
-        if not _FOLDER:
-            _FOLDER.append(Path(tempfile.mkdtemp(prefix="mtdecode-gguf-")))
-            atexit.register(shutil.rmtree, _FOLDER[0], True)
-        _FILES[model] = write_gguf(model, _FOLDER[0] / f"model-{next(_NUMBERS)}.gguf")
-    return _FILES[model]
+    return kept_file(model, "model.gguf", lambda path: write_gguf(model, path))
 
 
 WORKER = Path(__file__).with_name("llama_cpp_python_worker.py")
@@ -216,63 +199,32 @@ def llama_cpp_python_decoder(
     llama.cpp's build, in one worker process kept for all calls (`llama_cpp_python_worker.py --serve`); the
     model crosses as GGUF (`gguf_of`, float32 KV cache). The worker's counts of drafted and accepted tokens go to
     the check's coverage. `restarted()` gives the same decoder in a new worker; `close()` ends the worker."""
-    import select
-
-    folder = Path(folder) if folder is not None else None
-    state: dict = {}
-
-    def worker() -> subprocess.Popen:
-        if "process" not in state or state["process"].poll() is not None:
-            where = folder or engines_folder()
-            python = where / "llama-cpp-python" / "bin" / "python"
-            if not python.exists():
-                raise FileNotFoundError(f"llama-cpp-python is not built in {python.parent.parent}: run `make engines`")
-            env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(where / "llama.cpp" / "build" / "bin")}
-            state["log"] = tempfile.TemporaryFile()
-            state["process"] = subprocess.Popen(
-                [str(python), str(WORKER), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=state["log"], env=env, text=True,
-            )  # fmt: skip
-        return state["process"]
+    where = Path(folder) if folder is not None else engines_folder()
+    python = where / "llama-cpp-python" / "bin" / "python"
+    env = {"LLAMA_CPP_LIB_PATH": str(where / "llama.cpp" / "build" / "bin")}
+    worker = Worker([str(python), str(WORKER), "--serve"], "llama-cpp-python", env=env, timeout=TIMEOUT)
 
     def decoder(model, prompt, *, max_new_tokens, temperature, top_k, top_p, seed):
-        process = worker()
-        request = {
+        if not python.exists():
+            raise FileNotFoundError(f"llama-cpp-python is not built in {python.parent.parent}: run `make engines`")
+        answer = worker.ask({
             "model": str(gguf_of(model)), "prompt": list(prompt), "max_new_tokens": max_new_tokens,
             "temperature": temperature, "top_k": top_k or 0, "top_p": top_p or 1.0, "seed": seed,
             "max_ngram_size": max_ngram_size, "num_pred_tokens": num_pred_tokens,
             "context": model.config.max_position_embeddings,
-        }  # fmt: skip
-        process.stdin.write(json.dumps(request) + "\n")
-        process.stdin.flush()
-        if not select.select([process.stdout], [], [], TIMEOUT)[0]:
-            process.kill()
-            raise DecoderError(f"llama-cpp-python gave no answer in {TIMEOUT} s", crashed=True)
-        line = process.stdout.readline()
-        if not line:
-            state["log"].seek(0)
-            tail = state["log"].read().decode(errors="replace")[-STDERR_TAIL:]
-            raise DecoderError("the llama-cpp-python worker died", crashed=True, traceback=tail)
-        answer = json.loads(line)
-        if "error" in answer:
-            raise DecoderError("llama-cpp-python raised", crashed=True, traceback=answer["error"])
+        })  # fmt: skip
         record = coverage.active()
         if record is not None:
             record.reported(drafted=answer["drafted"], accepted=answer["accepted"])
         return answer["tokens"]
 
-    def close() -> None:
-        if "process" in state and state["process"].poll() is None:
-            state["process"].stdin.close()
-            state["process"].wait(timeout=TIMEOUT)
-
     made = f"llama_cpp_python_decoder(max_ngram_size={max_ngram_size}, num_pred_tokens={num_pred_tokens})"
     decoder.runs_own_copy = True
-    decoder.close = close
+    decoder.close = worker.close
     decoder.restarted = lambda: llama_cpp_python_decoder(
         max_ngram_size=max_ngram_size, num_pred_tokens=num_pred_tokens, folder=folder
     )
     decoder.__name__ = decoder.__qualname__ = made
     decoder.binding = f"from mtdecode.testing.llama_cpp_programs import llama_cpp_python_decoder\ndecoder = {made}"
-    atexit.register(close)
+    atexit.register(worker.close)
     return decoder
