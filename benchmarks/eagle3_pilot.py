@@ -58,7 +58,7 @@ from mtdecode.recipes.eagle import (
     token_loss,
     unrolled_loss,
 )
-from mtdecode.recipes.eagle_data import TASK_PROMPTS, load_records, sampled_kind
+from mtdecode.recipes.eagle_data import TASK_PROMPTS, load_records, sampled_kind, with_features
 from mtdecode.zoo.eagle import EagleHead
 
 KINDS = ["chat", "conversation", "question"]
@@ -168,9 +168,9 @@ def main() -> None:
     start = time.perf_counter()
     sampled = {sampled_kind(kind) for kind in TASK_PROMPTS}
     greedy_kinds = [kind for kind in args.kinds if kind not in sampled]
-    by_kind = {kind: load_records(args.work, kind) for kind in args.kinds}
+    by_kind = {kind: with_features(load_records(args.work, kind), target) for kind in args.kinds}
     records = [r for kind in args.kinds for r in by_kind[kind]]
-    held_out = [r for kind in greedy_kinds for r in load_records(args.work, kind, held_out=True)]
+    held_out = with_features([r for kind in greedy_kinds for r in load_records(args.work, kind, held_out=True)], target)
     fused = "EAGLE-3 input" in args.variants
     if fused:  # only this variant reads the three layers
         records, held_out = with_layers(target, records), with_layers(target, held_out)

@@ -3,6 +3,8 @@ models: the head predicts the next feature from the target's own features, train
 its loss fall, and the recipe's data, losses and stages do what they say. The strategy is tested in
 test_eagle_strategy.py, the shipped head for SmolLM2 in test_smollm2.py."""
 
+import json
+
 import pytest
 import torch
 
@@ -156,7 +158,59 @@ def test_sampled_answers_are_the_targets_own_draws_kept_beside_the_greedy_ones(t
     answers = [[r["tokens"][r["answer_start"] :].tolist() for r in records] for records in (greedy, drawn)]
     assert answers == [[plain.row(b) for b in range(3)], [draws.row(b) for b in range(3)]]
     assert answers[0] != answers[1]
-    assert all(r["features"].shape == (len(r["tokens"]), 32) for r in greedy + drawn)
+    assert all("features" not in r for r in greedy + drawn)  # token ids only: the features are recomputed
+
+
+def test_features_computed_in_batches_are_each_sequences_own(tmp_path):
+    """`with_features` pads records of different lengths into one forward: each record's features equal a forward of
+    its own (up to float16 storage and the batched kernels' rounding), and a forward without the causal mask's
+    protection (the padding before the record) would not."""
+    from mtdecode.recipes.eagle_data import with_features
+
+    model = tiny_model("llama", vocab_size=64, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    records = [{"tokens": torch.randint(0, 64, (n,), generator=generator), "answer_start": 0} for n in (5, 9, 7, 12)]
+    found = with_features(records, model, batch=3)
+    target = CausalLM.wrap(model)
+    for record, got in zip(records, found, strict=True):
+        n = len(record["tokens"])
+        _, alone = target.forward_features(record["tokens"][None], torch.arange(n)[None],
+                                           masks.causal(n, 0)[None, None], KVCache())  # fmt: skip
+        assert got["tokens"] is record["tokens"] and got["features"].shape == (n, 32)
+        torch.testing.assert_close(got["features"].float(), alone[0].half().float(), atol=1e-2, rtol=1e-2)
+    shifted = torch.cat([torch.zeros(3, dtype=torch.long), records[0]["tokens"]])  # padding before, not after
+    _, wrong = target.forward_features(shifted[None], torch.arange(8)[None], masks.causal(8, 0)[None, None], KVCache())
+    assert (wrong[0, 3:].half().float() - found[0]["features"].float()).abs().max() > 0.1
+
+
+def test_packed_data_comes_back_as_it_was_and_a_changed_file_is_refused(tmp_path):
+    """`pack` keeps every record's tokens, answer start, kind and split; `load_records` reads the packed file when
+    the work folder has no data; a file whose bytes changed no longer matches its manifest's SHA-256."""
+    from mtdecode.recipes.eagle_data import load_packed, load_records, pack
+
+    work = tmp_path / "work"
+    made = {("data", "chat"): [[1, 2, 3, 4], [5, 6]], ("data", "code"): [[7, 8, 9]], ("held_out", "chat"): [[3, 2, 1]]}
+    for (split, kind), sequences in made.items():
+        (work / split / kind).mkdir(parents=True)
+        records = [{"tokens": torch.tensor(t), "answer_start": 1} for t in sequences]
+        torch.save(records, work / split / kind / "0000.pt")
+    path = pack(work, tmp_path / "packed" / "data.npz", command="python -m mtdecode.recipes.eagle data")
+    manifest = json.loads(path.with_suffix(".json").read_text())
+    assert (manifest["records"], manifest["tokens"], manifest["by_kind"]["held_out/chat"]) == (4, 12, {"records": 1,
+                                                                                                    "tokens": 3})
+    empty = tmp_path / "empty"
+    for split, held_out in (("data", False), ("held_out", True)):
+        for kind in ("chat", "code"):
+            expected = [t for (s, k), ts in made.items() if (s, k) == (split, kind) for t in ts]
+            got = load_records(empty, kind, held_out, packed=path) if expected else []
+            assert [r["tokens"].tolist() for r in got] == expected
+            assert all(r["answer_start"] == 1 and r["kind"] == kind for r in got)
+    assert len(load_records(work, packed=path)) == 3  # the work folder's own data comes first
+    data = bytearray(path.read_bytes())
+    data[-40] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="SHA-256"):
+        load_packed(path)
 
 
 def test_an_unrolled_draft_sees_what_a_real_draft_sees():

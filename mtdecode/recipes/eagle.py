@@ -25,11 +25,15 @@ training-time test made deeper guesses likelier once the first was right (docs/s
 
 The recipe, resumable at every stage:
 
-    python -m mtdecode.recipes.eagle data     --work WORK   # the target's greedy answers, with its features
+    python -m mtdecode.recipes.eagle data     --work WORK   # the target's answers and text to read, as token ids
+    python -m mtdecode.recipes.eagle pack     --work WORK   # that data into the package (eagle_data.PACKED)
     python -m mtdecode.recipes.eagle train    --work WORK   # AdamW; checkpoints, resumed from
     python -m mtdecode.recipes.eagle export   --work WORK   # into the package, float16
     python -m mtdecode.recipes.eagle evaluate --work WORK   # held-out acceptance by depth and task
     python -m mtdecode.recipes.eagle all      --work WORK --steps 10500
+
+`train` and `evaluate` read the work folder's data, or the packed data when the folder has none, and compute the
+target's features along it (`eagle_data.with_features`).
 
 The shipped head was made in stages, each resuming from the last checkpoint (times on a 2-core CPU, as
 `docs/strategies/eagle.md` gives them):
@@ -60,11 +64,14 @@ from mtdecode.recipes.eagle_data import (
     DEFAULT_TARGET,
     HEAD_TOKENS,
     NEW_TOKENS,
+    PACKED,
     TASK_PROMPTS,
     TEXT_CHUNKS,
     load_records,
     make_data,
     make_text_data,
+    pack,
+    with_features,
 )
 from mtdecode.tensor_types import Bool, Float, Int, Tensor
 from mtdecode.zoo.eagle import EagleHead
@@ -237,9 +244,10 @@ def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: floa
     from mtdecode.zoo import load_model
 
     work = Path(work)
-    records = load_records(work)
-    held_out = load_records(work, held_out=True)
     target = load_model(model or DEFAULT_TARGET).hf
+    packed = PACKED if model is None else None  # the packed data is the default target's tokens
+    records = with_features(load_records(work, packed=packed), target)
+    held_out = with_features(load_records(work, held_out=True, packed=packed), target)
     torch.manual_seed(seed)
     head = build_head(target, records)
     optimiser = torch.optim.AdamW(head.parameters(), lr=lr)
@@ -342,13 +350,15 @@ def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | Non
     from mtdecode.zoo import load_model
 
     work = Path(work)
+    target = load_model(model or DEFAULT_TARGET).hf
     if head is None:
         state = torch.load(work / "eagle.pt", weights_only=False)["head"]
-        head = build_head(load_model(model or DEFAULT_TARGET).hf, [], state["head_token_ids"])
+        head = build_head(target, [], state["head_token_ids"])
         head.load_state_dict(state)
     report = {}
     for kind in tqdm(TASK_PROMPTS, desc="evaluate: held-out chains by task kind", unit="kind"):
-        held_out = load_records(work, kind, held_out=True)[:sequences]
+        packed = PACKED if model is None else None
+        held_out = with_features(load_records(work, kind, held_out=True, packed=packed)[:sequences], target)
         hits, positions = torch.zeros(depths), 0
         with torch.no_grad():
             for r in held_out:
@@ -375,9 +385,10 @@ def main(argv: list[str] | None = None) -> None:
     """`python -m mtdecode.recipes.eagle STAGE --work DIR [--model NAME_OR_FOLDER] [--scale S] [--sampled KIND ...]
     [--out FOLDER]`."""
     import argparse
+    import sys
 
     parser = argparse.ArgumentParser(description="Train an EAGLE-style draft head (by default for SmolLM2-135M).")
-    parser.add_argument("stage", choices=["data", "train", "export", "evaluate", "all"])
+    parser.add_argument("stage", choices=["data", "pack", "train", "export", "evaluate", "all"])
     parser.add_argument("--work", type=Path, default=Path("build/eagle"), help="data and checkpoints go here")
     parser.add_argument("--model", default=None, help="the target: the embedded model (default) or a local folder "
                         "of any supported family, with its tokenizer and chat template")  # fmt: skip
@@ -400,6 +411,9 @@ def main(argv: list[str] | None = None) -> None:
         return max(1, round(count * args.scale))
 
     if args.stage in ("data", "all"):
+        args.work.mkdir(parents=True, exist_ok=True)
+        words = argv if argv is not None else sys.argv[1:]
+        (args.work / "command").write_text("python -m mtdecode.recipes.eagle " + " ".join(words) + "\n")
         for kind, (count, held_out_count) in TASK_PROMPTS.items():  # chat first: summaries read its answers
             new_tokens = args.new_tokens or NEW_TOKENS.get(kind, 128)
             settings = dict(new_tokens=new_tokens, model=args.model)
@@ -411,6 +425,10 @@ def main(argv: list[str] | None = None) -> None:
                       model=args.model, sampled=True)  # fmt: skip
         for kind, count in TEXT_CHUNKS.items():
             make_text_data(args.work, kind, chunks=scaled(count), model=args.model)
+    if args.stage == "pack":  # not part of "all": it writes into the package
+        made = args.work / "command"
+        command = made.read_text().strip() if made.exists() else "unknown"
+        print(f"packed {pack(args.work, args.out or PACKED, command=command)}")
     if args.stage in ("train", "all"):
         train(args.work, steps=args.steps, window=args.window, model=args.model)
     if args.stage in ("export", "all"):

@@ -1,9 +1,20 @@
-"""The EAGLE recipe's data, stage by stage: the target's own answers to varied prompts (`make_data`), its features
-over text it reads (`make_text_data`), and the records both leave in the work folder (`load_records`)."""
+"""The EAGLE recipe's data, stage by stage: the target's own answers to varied prompts (`make_data`), text it reads
+(`make_text_data`), the records both leave in the work folder (`load_records`), the target's features along them
+(`with_features`), and the data packed into the repository (`pack`, `load_packed`).
+
+The data is token ids only. The features a head learns from are the target's, recomputed from the tokens by one
+batched forward per group of records when training or evaluation needs them, so the data that is kept is small:
+`pack` writes every record of a work folder as one compressed file of token ids (`PACKED`) with a manifest
+(`PACKED_MANIFEST`: the command and seeds that made it, its counts and its SHA-256), and `load_records` reads
+that file when the work folder holds no data of its own.
+"""
 
 import functools
+import hashlib
+import json
 from pathlib import Path
 
+import numpy as np
 import torch
 
 #: the target whose answers the data holds, by default
@@ -12,6 +23,9 @@ DEFAULT_TARGET = "smollm2-135m-instruct"
 # Prompts: `mtdecode.recipes.prompts`, four task kinds; none of the benchmark's prompts is among them.
 
 HEAD_TOKENS = 8192  # the head scores this many of the most frequent tokens of the data
+#: the recipe's data for the default target, kept in the repository, and its manifest
+PACKED = Path(__file__).with_name("data") / "eagle-smollm2-135m.npz"
+PACKED_MANIFEST = PACKED.with_suffix(".json")
 
 
 #: prompts per task kind: (training, held out). The summaries' passages are the target's own chat answers; the
@@ -19,6 +33,8 @@ HEAD_TOKENS = 8192  # the head scores this many of the most frequent tokens of t
 TASK_PROMPTS = {"chat": (384, 24), "code": (128, 16), "math": (192, 16), "summary": (192, 16), "question": (64, 8),
                 "conversation": (192, 24), "passage": (48, 8), "extract": (144, 24)}  # fmt: skip
 NEW_TOKENS = {"passage": 160}  # the others: 128
+#: prompts answered per batch (the sampled answers' seeds are the batches' indices)
+DATA_BATCH = 32
 
 
 @functools.cache
@@ -64,11 +80,11 @@ def task_prompts(kind: str, count: int, work, held_out: bool, model: str | None 
     return [[{"role": "user", "content": t}] for t in texts[:count]]
 
 
-def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, batch: int = 16,
+def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, batch: int = DATA_BATCH,
               new_tokens: int = 128, model: str | None = None, sampled: bool = False) -> None:  # fmt: skip
     """The target (`model`: a name or folder for `load_model`, the default model if None) answers one task kind's
-    prompts greedily, `batch` at a time; each shard keeps every sequence's tokens (prompt + answer), where its
-    answer starts, and the target's features along it (float16).
+    prompts greedily, `batch` at a time; each shard keeps every sequence's tokens (prompt + answer) and where its
+    answer starts (`with_features` adds the target's features when they are needed).
 
     `sampled`: the answers are drawn from the target's own distribution instead (temperature 1, no truncation, the
     batch's index as the seed) and kept as the kind `KIND-sampled` (`sampled_kind`) beside the greedy ones:
@@ -76,7 +92,6 @@ def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, ba
     from tqdm import tqdm
 
     import mtdecode
-    from mtdecode import KVCache, masks
     from mtdecode.strategies import Autoregressive
     from mtdecode.zoo import load_model
 
@@ -94,14 +109,8 @@ def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, ba
             target, ids, Autoregressive(), max_new_tokens=new_tokens, eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.eos_token_id, temperature=1.0 if sampled else 0.0, seed=i if sampled else None,
         )  # fmt: skip
-        records = []
-        for b, prompt in enumerate(ids):
-            tokens = torch.tensor(prompt + result.row(b))
-            n = len(tokens)
-            _, features = target.forward_features(
-                tokens[None], torch.arange(n)[None], masks.causal(n, 0)[None, None], KVCache()
-            )
-            records.append({"tokens": tokens, "answer_start": len(prompt), "features": features[0].half()})
+        records = [{"tokens": torch.tensor(prompt + result.row(b)), "answer_start": len(prompt)}
+                   for b, prompt in enumerate(ids)]  # fmt: skip
         tmp = folder / f"{i:04d}.tmp"
         torch.save(records, tmp)
         tmp.rename(folder / f"{i:04d}.pt")
@@ -118,24 +127,22 @@ TEXT_CHUNK_TOKENS = 256
 
 
 def make_text_data(work, kind: str, *, chunks: int, batch: int = 8, model: str | None = None) -> None:
-    """The target reads text it did not write, `chunks` windows of `TEXT_CHUNK_TOKENS` tokens: the source of the
-    Python packages installed beside it (`text_code`) or their docstrings (`text_prose`), files in sorted order,
-    shuffled with a fixed seed. Its features along them teach the head more of the target than its own answers
-    to the templated prompts can: the answers alone are few and alike (see `evaluate`)."""
+    """Text the target will read without having written it, `chunks` windows of `TEXT_CHUNK_TOKENS` tokens: the
+    source of the Python packages installed beside it (`text_code`) or their docstrings (`text_prose`), files in
+    sorted order, shuffled with a fixed seed. The target's features along them teach the head more of the target
+    than its own answers to the templated prompts can: the answers alone are few and alike (see `evaluate`). The
+    packages differ from machine to machine, so the text is kept in the packed data with the rest."""
     import ast
     import random
     import sysconfig
 
     from tqdm import tqdm
 
-    from mtdecode import KVCache, masks
-    from mtdecode.zoo import load_model
-
     folder = Path(work) / "data" / kind
     folder.mkdir(parents=True, exist_ok=True)
     if (folder / "done").exists():
         return
-    tokenizer, target = _tokenizer(model), load_model(model or DEFAULT_TARGET)
+    tokenizer = _tokenizer(model)
     files = sorted(Path(sysconfig.get_paths()["purelib"]).rglob("*.py"))
     random.Random(0).shuffle(files)
     pieces, total = [], 0
@@ -153,16 +160,10 @@ def make_text_data(work, kind: str, *, chunks: int, batch: int = 8, model: str |
                 pieces.append(ids[start : start + TEXT_CHUNK_TOKENS])
                 total += TEXT_CHUNK_TOKENS
     pieces = pieces[:chunks]
-    n = TEXT_CHUNK_TOKENS
-    for i in tqdm(range(0, len(pieces), batch), desc=f"data: the target reads {kind}", unit="batch"):
-        tokens = torch.tensor(pieces[i : i + batch])
-        _, features = target.forward_features(
-            tokens, torch.arange(n).expand(len(tokens), -1), masks.causal(n, 0).expand(len(tokens), 1, n, n), KVCache()
-        )
-        pairs = zip(tokens, features, strict=True)
-        records = [{"tokens": t, "answer_start": 0, "features": f.half()} for t, f in pairs]
+    for i in tqdm(range(0, len(pieces), batch), desc=f"data: text to read ({kind})", unit="batch"):
+        records = [{"tokens": torch.tensor(piece), "answer_start": 0} for piece in pieces[i : i + batch]]
         torch.save(records, folder / f"{i // batch:04d}.pt")
-    (folder / "done").write_text(f"{len(pieces)} chunks of {n} tokens\n")
+    (folder / "done").write_text(f"{len(pieces)} chunks of {TEXT_CHUNK_TOKENS} tokens\n")
 
 
 def _docstrings(tree) -> list[str]:
@@ -174,11 +175,90 @@ def _docstrings(tree) -> list[str]:
     return ["\n\n".join(d for d in found if d and len(d) >= 300)] if found else []
 
 
-def load_records(work, kind: str | None = None, held_out: bool = False) -> list[dict]:
-    """The records of one task kind, or of every kind (`kind=None`)."""
-    folder = Path(work) / ("held_out" if held_out else "data")
+def load_records(work, kind: str | None = None, held_out: bool = False, *, packed: Path | None = PACKED) -> list[dict]:
+    """The records of one task kind, or of every kind (`kind=None`), each `{"tokens", "answer_start", "kind"}`:
+    from the work folder's shards, or, if the work folder has no data at all, from the `packed` file."""
+    work = Path(work)
+    folder = work / ("held_out" if held_out else "data")
     pattern = f"{kind}/*.pt" if kind else "*/*.pt"
-    records = [r for shard in sorted(folder.glob(pattern)) for r in torch.load(shard)]
+    if not any(work.glob("*/*/*.pt")) and packed is not None and packed.exists():
+        return [r for r in load_packed(packed) if r["held_out"] == held_out and kind in (None, r["kind"])]
+    records = [{**r, "kind": shard.parent.name} for shard in sorted(folder.glob(pattern)) for r in torch.load(shard)]
     if not records:
         raise FileNotFoundError(f"no data in {folder}/{pattern}: run the 'data' stage first")
     return records
+
+
+def with_features(records: list[dict], target, *, batch: int = 16) -> list[dict]:
+    """Each record with `features`, the target's last hidden states along its tokens (float16), computed by one
+    forward per `batch` records of similar length, right-padded: under the causal mask no position sees the
+    padding after it. `target` is a `CausalLM` or a transformers model."""
+    from tqdm import tqdm
+
+    from mtdecode import KVCache, masks
+    from mtdecode.model import CausalLM
+
+    target = CausalLM.wrap(target)
+    order = sorted(range(len(records)), key=lambda i: len(records[i]["tokens"]))
+    out: list[dict] = [{} for _ in records]
+    with torch.no_grad():
+        for start in tqdm(range(0, len(order), batch), desc="features: the target reads the data", unit="batch"):
+            group = order[start : start + batch]
+            n = max(len(records[i]["tokens"]) for i in group)
+            tokens = torch.zeros(len(group), n, dtype=torch.long)  # (batch, n), zeros after each record's end
+            for row, i in enumerate(group):
+                tokens[row, : len(records[i]["tokens"])] = records[i]["tokens"]
+            positions = torch.arange(n).expand(len(group), -1)
+            mask = masks.causal(n, 0).expand(len(group), 1, n, n)
+            _, features = target.forward_features(tokens, positions, mask, KVCache())  # (batch, n, hidden)
+            for row, i in enumerate(group):
+                out[i] = {**records[i], "features": features[row, : len(records[i]["tokens"])].half()}
+    return out
+
+
+def pack(work, path: Path = PACKED, *, command: str = "") -> Path:
+    """Every record of the work folder (training and held out, every kind) as one compressed file of token ids,
+    with a manifest beside it: `command`, the records and tokens by kind, and the file's SHA-256."""
+    rows = [(r, False) for r in load_records(work, packed=None)] + [
+        (r, True) for r in load_records(work, held_out=True, packed=None)
+    ]
+    kinds = sorted({r["kind"] for r, _ in rows})
+    tokens = np.concatenate([r["tokens"].numpy() for r, _ in rows])
+    lengths = np.array([len(r["tokens"]) for r, _ in rows], dtype=np.int64)
+    arrays = {
+        "tokens": tokens.astype(np.uint16 if tokens.max() < 2**16 else np.uint32),  # every record's, in a row
+        "starts": np.concatenate([[0], np.cumsum(lengths)[:-1]]), "lengths": lengths,
+        "answer_start": np.array([r["answer_start"] for r, _ in rows], dtype=np.int64),
+        "kind": np.array([kinds.index(r["kind"]) for r, _ in rows], dtype=np.int64),
+        "held_out": np.array([h for _, h in rows], dtype=bool), "kinds": np.array(kinds),
+    }  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **arrays)
+    counts = {}
+    for (r, held_out), n in zip(rows, lengths.tolist(), strict=True):
+        entry = counts.setdefault(("held_out/" if held_out else "") + r["kind"], {"records": 0, "tokens": 0})
+        entry["records"], entry["tokens"] = entry["records"] + 1, entry["tokens"] + n
+    manifest = {
+        "command": command, "target": DEFAULT_TARGET if "--model" not in command else "see the command",
+        "seeds": "greedy kinds: none; KIND-sampled: temperature 1, the i-th batch of prompts drawn with seed i "
+        f"(batches of {DATA_BATCH}); text_code and text_prose: files shuffled with seed 0",
+        "records": len(rows), "tokens": int(lengths.sum()), "by_kind": counts, "sha256": _sha256(path),
+    }  # fmt: skip
+    path.with_suffix(".json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return path
+
+
+def load_packed(path: Path = PACKED) -> list[dict]:
+    """The records `pack` wrote, each with its `kind` and `held_out`; the file must match its manifest's SHA-256."""
+    manifest = json.loads(path.with_suffix(".json").read_text())
+    if _sha256(path) != manifest["sha256"]:
+        raise ValueError(f"{path} does not match the SHA-256 of {path.with_suffix('.json').name}: it was changed")
+    with np.load(path) as data:
+        tokens, kinds = torch.from_numpy(data["tokens"].astype(np.int64)), data["kinds"].tolist()
+        rows = zip(data["starts"], data["lengths"], data["answer_start"], data["kind"], data["held_out"], strict=True)
+        return [{"tokens": tokens[a : a + n], "answer_start": int(s), "kind": kinds[k], "held_out": bool(h)}
+                for a, n, s, k, h in rows]  # fmt: skip
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
