@@ -20,7 +20,7 @@ default the first three of these; `--variants` picks any of them:
   likeliest tokens only, weight 1);
 - `training-time test`: EAGLE-3's training without its fused input: the head drafts 3 depths from every position
   at once, fed its own predicted features, and each depth's cross-entropy counts with weight 0.8^(d - 1), no
-  feature loss (`mtdecode.recipes.eagle.unrolled_loss`);
+  feature loss (`mtdecode.recipes.eagle_unrolled.unrolled_loss`);
 - `training-time test + top-K`: the same with the top-K cross-entropy at every depth;
 - `EAGLE-1 + noise`: EAGLE-1 with its paper's data augmentation, uniform noise (half-width 0.2, about a tenth of
   the features' RMS) on the features the head reads, not on those it is compared with.
@@ -47,18 +47,9 @@ from torch import nn
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 import mtdecode
-from mtdecode.recipes.eagle import (
-    build_head,
-    chain_hits,
-    distill_loss,
-    eagle_loss,
-    first_guess_hits,
-    learning_rate,
-    random_windows,
-    token_loss,
-    unrolled_loss,
-)
+from mtdecode.recipes.eagle import build_head, eagle_loss, first_guess_hits, learning_rate, random_windows, token_loss
 from mtdecode.recipes.eagle_data import TASK_PROMPTS, load_records, sampled_kind, with_features
+from mtdecode.recipes.eagle_unrolled import chain_hits, distill_loss, unrolled_loss
 from mtdecode.zoo.eagle import EagleHead
 
 KINDS = ["chat", "conversation", "question"]

@@ -10,7 +10,7 @@ inside the shipped list, then the held-out first guess (teacher forced, `held_ou
 - the 16,384 most frequent there;
 - all of the target's tokens.
 
-    python benchmarks/eagle_vocabulary.py --work build/eagle
+    python benchmarks/eagle_vocabulary.py   # the packed data; --work DIR: a work folder's
 """
 
 import argparse
@@ -19,7 +19,7 @@ import torch
 
 import mtdecode
 from mtdecode.recipes.eagle import held_out_scores
-from mtdecode.recipes.eagle_data import HEAD_TOKENS, load_records
+from mtdecode.recipes.eagle_data import HEAD_TOKENS, load_records, with_features
 from mtdecode.zoo.eagle import EagleHead
 
 KINDS = ["chat", "conversation", "question", "passage", "extract", "summary", "code", "math"]
@@ -36,12 +36,13 @@ def answer_counts(work, vocab: int) -> torch.Tensor:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", required=True, help="the recipe's work folder, with its data and held-out data")
+    parser.add_argument("--work", default="build/eagle", help="the recipe's work folder (without data of its own: "
+                        "the packed data)")
     args = parser.parse_args()
     target = mtdecode.load_model().hf
     shipped = mtdecode.load_model("smollm2-135m-eagle")
     vocab = target.config.vocab_size
-    held_out = {kind: load_records(args.work, kind, held_out=True) for kind in KINDS}
+    held_out = {kind: with_features(load_records(args.work, kind, held_out=True), target) for kind in KINDS}
     inside = torch.zeros(vocab, dtype=torch.bool)
     inside[shipped.head_token_ids] = True
     print("held-out answer tokens inside the shipped list:")

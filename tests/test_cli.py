@@ -149,6 +149,39 @@ def test_bench_quick_on_a_tiny_model(folders, capsys, tmp_path):
     assert "what the tuned strategies chose on this host" in out
 
 
+def test_bench_races_an_exported_eagle_head_beside_the_others(folders, capsys, tmp_path):
+    """`--eagle-head FOLDER` adds EAGLE with the head exported there as the contender `eagle:FOLDER-NAME`, with
+    `--set eagle.KEY=VALUE`'s settings; it is exact (every run identical to greedy's), and drafts (more than one
+    token per forward on some task). A folder without a head, or a head for another width, is refused."""
+    import torch
+    from safetensors.torch import save_file
+
+    import mtdecode
+    from mtdecode.testing.models import random_head
+
+    target, draft = folders
+    head = random_head(mtdecode.load_model(target).hf, every=1)
+    for name, state in (("mine", head.state_dict()), ("narrow", {**head.state_dict(), "fuse.bias": torch.zeros(3)})):
+        (tmp_path / name).mkdir()
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / name / "head.safetensors"))
+    out_json = tmp_path / "bench.json"
+    argv = ["bench", "--model", target, "--quick", "--max-new-tokens", "12", "--no-progress", "--strategies",
+            "jacobi", "eagle", "--set", "eagle.lookup=0", "--eagle-head", str(tmp_path / "mine")]  # fmt: skip
+    code, out, err = run([*argv, "--json", str(out_json)], capsys)
+    assert code == 2 and "pass head= a head trained for it" in err  # `eagle` alone: the shipped head does not fit
+    argv.remove("eagle")
+    argv[argv.index("eagle.lookup=0") - 1 : argv.index("eagle.lookup=0") + 1] = []
+    code, out, err = run([*argv, "--json", str(out_json)], capsys)
+    assert code == 0, err
+    rows = [r for r in json.loads(out_json.read_text())["rows"] if r["contender"] == "eagle:mine"]
+    assert len(rows) == 5 and all(r["exact"] and r["identical"] == r["runs"] == (4 if r["task"] == "all" else 1)
+                                  for r in rows)  # fmt: skip
+    assert max(r["tokens_per_forward"] for r in rows) > 1
+    for folder, message in ((tmp_path, "no head.safetensors there"), (tmp_path / "narrow", "does not fit")):
+        code, out, err = run([*argv[:-1], str(folder)], capsys)
+        assert code == 2 and message in err.splitlines()[-1], err
+
+
 @pytest.mark.parametrize(
     "kind, options, rows",
     [

@@ -104,11 +104,12 @@ def test_feature_noise_moves_what_the_head_reads_and_not_what_it_is_compared_wit
         eagle_loss(head, features, tokens, -0.1)
 
 
-def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):
+def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path, capsys):
     """The whole recipe (`python -m mtdecode.recipes.eagle all`) on a tiny GPT-2 target (LayerNorm, GPT-2's own config
     names, absolute positions) with the default model's tokenizer and chat template, at a hundredth of its prompts
     and with sampled chat answers too: every stage runs, the exported head has the target's width and LayerNorm,
-    loads back, and drafts for Eagle, whose output is then greedy decoding's."""
+    loads back, and drafts for Eagle, whose output is then greedy decoding's. A run cut short (`--until`) is
+    continued by the next `train` to the schedule's end, and a `train` after that has nothing to do."""
     from mtdecode.recipes import eagle, eagle_data
     from mtdecode.strategies import Eagle
     from mtdecode.testing.families import tiny_family_model
@@ -121,8 +122,14 @@ def test_the_recipe_trains_a_head_for_a_target_of_another_family(tmp_path):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     eagle.main(["all", "--work", str(tmp_path / "work"), "--model", str(folder), "--scale", "0.01", "--new-tokens",
-                "6", "--steps", "3", "--window", "32", "--sequences", "1", "--sampled", "chat",
+                "6", "--steps", "3", "--until", "2", "--window", "32", "--sequences", "1", "--sampled", "chat",
                 "--out", str(out)])  # fmt: skip
+    for _ in range(2):
+        eagle.main(["train", "--work", str(tmp_path / "work"), "--model", str(folder), "--steps", "3",
+                    "--window", "32"])  # fmt: skip
+    log = [json.loads(line) for line in (tmp_path / "work" / "eagle_train.log").read_text().splitlines()]
+    assert [entry["step"] for entry in log if "loss" in entry] == [1, 2, 3]
+    assert "at step 3 already" in capsys.readouterr().out
     assert eagle_data.load_records(tmp_path / "work", eagle_data.sampled_kind("chat"))  # `--sampled chat` made its data
     head = load_head(model, out)
     assert isinstance(head.norm, torch.nn.LayerNorm) and head.fuse.out_features == model.config.n_embd == 32
@@ -183,6 +190,74 @@ def test_features_computed_in_batches_are_each_sequences_own(tmp_path):
     assert (wrong[0, 3:].half().float() - found[0]["features"].float()).abs().max() > 0.1
 
 
+def test_kept_features_are_read_back_and_a_cut_run_resumes_at_the_next_group(tmp_path):
+    """`with_features(..., cache=)` keeps each group's features as it goes: a run cut after its first group
+    resumes at the second, a run after a whole one computes nothing, and both return exactly the features of a run
+    without the cache. Other records or another batch size get a file of their own."""
+    from mtdecode.recipes.eagle_data import with_features
+
+    model = tiny_model("llama", vocab_size=64, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(1)
+    records = [{"tokens": torch.randint(0, 64, (n,), generator=generator), "answer_start": 0} for n in (5, 9, 7, 12, 3)]
+    expected = with_features(records, model, batch=2)  # 3 groups
+    target, forward, calls = CausalLM.wrap(model), CausalLM.wrap(model).forward_features, []
+
+    def counted(*args, cut: int | None = None):
+        calls.append(1)
+        if cut is not None and len(calls) > cut:
+            raise RuntimeError("the machine went away")
+        return forward(*args)
+
+    target.forward_features = lambda *args: counted(*args, cut=1)
+    with pytest.raises(RuntimeError, match="went away"):
+        with_features(records, target, batch=2, cache=tmp_path)
+    (done,) = tmp_path.glob("features-*.done")
+    assert done.read_text() == "1\n"
+    for forwards in (2, 0):  # resumed: the two groups left; then none
+        calls.clear()
+        target.forward_features = counted
+        found = with_features(records, target, batch=2, cache=tmp_path)
+        assert len(calls) == forwards
+        for got, want in zip(found, expected, strict=True):
+            assert torch.equal(got["features"], want["features"])
+    with_features(records[:4], target, batch=2, cache=tmp_path)
+    with_features(records, target, batch=3, cache=tmp_path)
+    assert len(list(tmp_path.glob("features-*.npy"))) == 3
+
+
+def test_training_starts_from_the_committed_checkpoint_when_the_work_folder_has_none(tmp_path, monkeypatch):
+    """`commit_checkpoint` keeps the head's own weights (not the target's rows, not the optimiser) and the step;
+    `resume` prefers the work folder's checkpoint (optimiser and all), else starts from the committed one at its
+    step with a fresh optimiser whose learning rate warms up again, else from a new head; `trained` (for `export`
+    and `evaluate`) reads the committed one when the work folder has none."""
+    from mtdecode.recipes import eagle
+
+    model = tiny_model("llama", vocab_size=VOCAB, dtype=torch.float32)
+    records = [{"tokens": torch.arange(VOCAB)}]
+    torch.manual_seed(0)
+    head = eagle.build_head(model, records)
+    optimiser = torch.optim.AdamW(head.parameters(), lr=1e-3)
+    work, empty = tmp_path / "work", tmp_path / "empty"
+    work.mkdir()
+    state = {"head": head.state_dict(), "optimiser": optimiser.state_dict(), "step": 7, "steps": 20, "warm_from": 0}
+    torch.save(state, work / "eagle.pt")
+    committed = eagle.commit_checkpoint(work, tmp_path / "checkpoint.safetensors")
+    monkeypatch.setattr(eagle, "CHECKPOINT", committed)
+    weights, step = eagle.load_checkpoint()
+    assert step == 7 and weights.keys() == head.state_dict().keys() and "embedding" not in weights
+    for folder, is_committed, start, warm_from in ((work, True, 7, 0), (empty, True, 7, 7), (empty, False, 0, 0)):
+        got, _, got_start, got_warm = eagle.resume(folder, model, records, 1e-3, is_committed)
+        assert (got_start, got_warm) == (start, warm_from)
+        pairs = zip(got.state_dict().values(), head.state_dict().values(), strict=True)
+        assert all(torch.equal(a, b) for a, b in pairs) == (start == 7), folder
+    state, step = eagle.trained(empty)  # what `export` and `evaluate` read without a work checkpoint
+    assert step == 7 and all(torch.equal(state[k], v) for k, v in head.state_dict().items())
+    with pytest.raises(FileNotFoundError, match="run the 'train' stage first"):
+        eagle.trained(empty, committed=False)
+    warmed = eagle.learning_rate(1e-3, 300, 1000)
+    assert eagle.learning_rate(1e-3, 300, 1000, warm_from=300) == pytest.approx(warmed / 100)
+
+
 def test_packed_data_comes_back_as_it_was_and_a_changed_file_is_refused(tmp_path):
     """`pack` keeps every record's tokens, answer start, kind and split; `load_records` reads the packed file when
     the work folder has no data; a file whose bytes changed no longer matches its manifest's SHA-256."""
@@ -218,7 +293,7 @@ def test_an_unrolled_draft_sees_what_a_real_draft_sees():
     to position t followed by the chain's drafted entries, fed its predicted features (a causal forward is what
     the head's cache gives a real draft); depth 1 is the head's teacher-forced forward. A mask that let a draft
     entry see the target's entries past its chain's start (`depth_mask` with `tril` shifted by one) fails it."""
-    from mtdecode.recipes import eagle as recipe
+    from mtdecode.recipes import eagle_unrolled as recipe
 
     head, features, tokens = float64_head_and_text(batch=2, seq=9)
     depths = 3
@@ -238,7 +313,7 @@ def test_an_unrolled_draft_sees_what_a_real_draft_sees():
 def test_a_wrong_depth_mask_is_caught(monkeypatch):
     """The check above can fail: with depth 1's entries visible one position past each chain's start, depth 2 no
     longer equals a real draft."""
-    from mtdecode.recipes import eagle as recipe
+    from mtdecode.recipes import eagle_unrolled as recipe
 
     right = recipe.depth_mask
 

@@ -47,11 +47,15 @@ M_TRIM_THRESHOLD = -1
 #: glibc's `mallopt` parameter (malloc.h): a block of at least this many bytes gets pages of its own (mmap), which
 #: go back to the OS when it is freed
 M_MMAP_THRESHOLD = -3
+#: glibc's `mallopt` parameter (malloc.h): how many blocks may have pages of their own at once (0: none)
+M_MMAP_MAX = -4
 
 
-def hold_freed_memory() -> bool:
+def hold_freed_memory(every_size: bool = False) -> bool:
     """Keep memory that a decoder frees within the process, for the next run to reuse: on glibc (Linux), blocks up to
     32 MiB come from the heap rather than fresh pages of their own, and the heap is not trimmed below 2 GiB.
+    `every_size`: blocks of any size come from the heap (glibc maps nothing of its own), for work whose tensors are
+    larger, such as the EAGLE recipe's training (`mtdecode.recipes.eagle.train`).
 
     By default glibc returns large freed blocks to the OS, so a run's big forwards fault in fresh pages where the run
     before it gave its memory back, and what a run costs depends on what ran before it (a one-off trace at 8 rows:
@@ -65,7 +69,8 @@ def hold_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int  # both are C ints
-    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+    mapped = mallopt(M_MMAP_MAX, 0) if every_size else mallopt(M_MMAP_THRESHOLD, 32 << 20)
+    return bool(mapped) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 def load_suite() -> dict:
@@ -132,8 +137,10 @@ def contenders_for(
     max_new_tokens: int,
     eos_token_id: int | None,
     options: dict[str, dict] | None = None,
+    extra: dict[str, object] | None = None,
 ) -> dict[str, Contender]:
-    """`Autoregressive` first (the baseline), then each named strategy or peer.
+    """`Autoregressive` first (the baseline), then each named strategy or peer, then the `extra` strategies under
+    their names (`KIND:LABEL`, e.g. `eagle:my-head`: a registered kind with settings of its own).
 
     Strategies take their default settings, or `options[name]` (e.g. `{"speculative": {"num_draft_tokens": 1}}`).
     """
@@ -154,6 +161,8 @@ def contenders_for(
             chosen[name] = strategy_contender(model, strategy, **settings)
         else:
             chosen[name] = strategy_contender(model, REGISTRY[name](**options.get(name, {})), **settings)
+    for name, strategy in (extra or {}).items():
+        chosen[name] = strategy_contender(model, strategy, **settings)
     return chosen
 
 
@@ -260,17 +269,19 @@ def run(
     options: dict[str, dict] | None = None,
     progress: bool = True,
     judge: Judge | None = None,
+    extra: dict[str, object] | None = None,
 ) -> list[Row]:
     """Run the benchmark; returns one `Row` per task and contender, then one per contender over all tasks.
 
     `options[name]` are settings for strategy `name` (its defaults otherwise); `judge` (`race`) reads the runs
-    that differ from greedy's up to ties.
+    that differ from greedy's up to ties; `extra` strategies race beside the named ones (`contenders_for`).
     """
     from tqdm.auto import tqdm
 
     suite = load_suite()["tasks"]
     eos = tokenizer.eos_token_id
-    contenders = contenders_for(names, model, draft, max_new_tokens=max_new_tokens, eos_token_id=eos, options=options)
+    contenders = contenders_for(names, model, draft, max_new_tokens=max_new_tokens, eos_token_id=eos, options=options,
+                                extra=extra)  # fmt: skip
     exact = {name: _is_exact(name) for name in contenders}
     prompts = {
         task: [tokenize(tokenizer, messages) for messages in suite[task]["prompts"][:prompts_per_task]]
@@ -319,7 +330,7 @@ def tie_judge(model: CausalLM, tokenizer, tasks: Sequence[str], *, quiet: bool =
 
 
 def _is_exact(name: str) -> bool:
-    return name in PEERS or getattr(REGISTRY[name], "exact", True)
+    return name in PEERS or getattr(REGISTRY[name.partition(":")[0]], "exact", True)
 
 
 def tokenize(tokenizer, messages: list[dict]) -> list[int]:

@@ -62,6 +62,8 @@ def build_parser() -> Parser:
     b.add_argument(
         "--set", action="append", default=[], metavar="NAME.KEY=VALUE", help="e.g. speculative.num_draft_tokens=1"
     )
+    b.add_argument("--eagle-head", action="append", default=[], metavar="FOLDER", help="also race EAGLE with the "
+                   "head exported to FOLDER (python -m mtdecode.recipes.eagle export --out FOLDER), as eagle:NAME")
     b.add_argument("--dtype", choices=DTYPES[1:], help="the models' dtype (default float32); in bfloat16 and float16 "
                    "a run that differs from greedy's is judged up to ties (docs/concepts/rounding.md)")
     b.add_argument("--json", help="write the results to this JSON file")

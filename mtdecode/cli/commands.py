@@ -116,9 +116,11 @@ def bench(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     suite.hold_freed_memory()  # no run pays for the pages that the one before it gave back
+    heads = [head_folder(folder) for folder in args.eagle_head]
     model = load(args.model, args.device, args.quantize, args.dtype, tp=args.tp)
     tokenizer = mtdecode.load_tokenizer(args.model)
     draft = load(draft_wanted, args.device, args.quantize, args.dtype) if draft_wanted else None
+    extra = eagle_heads(heads, model, options.get("eagle", {}))
     _quiet_transformers()
     judge, bound = suite.tie_judge(model, tokenizer, tasks)
     # a greedy fallback is printed with the policies' other choices below the table, not as a warning mid-run
@@ -127,7 +129,7 @@ def bench(args: argparse.Namespace) -> int:
         try:
             rows = suite.run(
                 model, tokenizer, draft, names=names, tasks=tasks, options=options, progress=not args.no_progress,
-                judge=judge, **size,
+                judge=judge, extra=extra, **size,
             )  # fmt: skip
         except (TypeError, ValueError) as error:  # a strategy refused a --set value, or the draft does not fit
             raise UsageError(_first_line(error)) from error
@@ -172,6 +174,31 @@ def sharded() -> str:
     from mtdecode import distributed
 
     return f", sharded over {distributed.ranks()} ranks" if distributed.ranks() > 1 else ""
+
+
+def head_folder(folder: str) -> Path:
+    """`--eagle-head FOLDER`: a folder that holds an exported head."""
+    if not (Path(folder) / "head.safetensors").is_file():
+        raise UsageError(f"--eagle-head {folder}: no head.safetensors there (python -m mtdecode.recipes.eagle export "
+                         "--work WORK --out FOLDER writes one)")  # fmt: skip
+    return Path(folder)
+
+
+def eagle_heads(folders: list[Path], model, settings: dict) -> dict:
+    """EAGLE with the head exported to each folder, raced as `eagle:FOLDER-NAME` beside the other contenders,
+    with `--set eagle.KEY=VALUE`'s settings."""
+    from mtdecode.strategies import Eagle
+    from mtdecode.zoo.eagle import load_head
+
+    heads = {}
+    for folder in folders:
+        try:
+            head = load_head(model.hf, folder).to(model.device)
+        except (RuntimeError, ValueError) as error:  # another width or vocabulary than the target's
+            reason = _first_line(error)
+            raise UsageError(f"--eagle-head {folder}: the head does not fit {model.name}: {reason}") from error
+        heads[f"eagle:{folder.name}"] = Eagle(head=head, **settings)
+    return heads
 
 
 def bench_options(assignments: list[str], names: list[str]) -> dict[str, dict]:

@@ -21,19 +21,24 @@ hidden states from every verifying forward. So the head stays EAGLE-1. It keeps 
 layer: in the same pilot a second layer gave 44.6% against 43.7%, for a second layer's forward
 in every head forward. A second pilot tried training-time test (`unrolled_loss`) and HASS's top-K
 distillation (`distill_loss`) at the same scale: neither beat EAGLE-1's first guess, though
-training-time test made deeper guesses likelier once the first was right (docs/strategies/eagle.md).
+training-time test made deeper guesses likelier once the first was right (docs/strategies/eagle.md); their
+losses are in `mtdecode.recipes.eagle_unrolled`.
 
 The recipe, resumable at every stage:
 
-    python -m mtdecode.recipes.eagle data     --work WORK   # the target's answers and text to read, as token ids
-    python -m mtdecode.recipes.eagle pack     --work WORK   # that data into the package (eagle_data.PACKED)
-    python -m mtdecode.recipes.eagle train    --work WORK   # AdamW; checkpoints, resumed from
-    python -m mtdecode.recipes.eagle export   --work WORK   # into the package, float16
-    python -m mtdecode.recipes.eagle evaluate --work WORK   # held-out acceptance by depth and task
-    python -m mtdecode.recipes.eagle all      --work WORK --steps 10500
+    python -m mtdecode.recipes.eagle data       --work WORK   # the target's answers and text to read, as token ids
+    python -m mtdecode.recipes.eagle pack       --work WORK   # that data into the package (eagle_data.PACKED)
+    python -m mtdecode.recipes.eagle features   --work WORK   # the target's features along it, kept in WORK
+    python -m mtdecode.recipes.eagle train      --work WORK   # AdamW, TRAIN_STEPS steps; checkpoints, resumed from
+    python -m mtdecode.recipes.eagle checkpoint --work WORK   # the trained head into the package (CHECKPOINT)
+    python -m mtdecode.recipes.eagle export     --work WORK   # into the package, float16
+    python -m mtdecode.recipes.eagle evaluate   --work WORK   # held-out acceptance by depth and task
+    python -m mtdecode.recipes.eagle all        --work WORK   # data, train, export, evaluate
 
-`train` and `evaluate` read the work folder's data, or the packed data when the folder has none, and compute the
-target's features along it (`eagle_data.with_features`).
+`features`, `train` and `evaluate` read the work folder's data, or the packed data when the folder has none, and
+compute the target's features along it once (`eagle_data.with_features`, kept in `WORK/features`). `train`
+resumes from the work folder's checkpoint, or from the committed one (`CHECKPOINT`) on a machine that has none;
+`--until STEP` ends a run early on the same schedule, so that a long training can be run, and committed, in parts.
 
 The shipped head was made in stages, each resuming from the last checkpoint (times on a 2-core CPU, as
 `docs/strategies/eagle.md` gives them):
@@ -58,7 +63,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from einops import repeat
 
 from mtdecode.recipes.eagle_data import (
     DEFAULT_TARGET,
@@ -73,14 +77,15 @@ from mtdecode.recipes.eagle_data import (
     pack,
     with_features,
 )
-from mtdecode.tensor_types import Bool, Float, Int, Tensor
+from mtdecode.tensor_types import Float, Int, Tensor
 from mtdecode.zoo.eagle import EagleHead
 
 #: weight of the token loss against the feature loss (EAGLE-1)
 TOKEN_LOSS_WEIGHT = 0.1
-#: the recipe's target when none is named
-#: training-time test (EAGLE-3): depth d of an unrolled draft weighs DEPTH_DECAY ** (d - 1) in the loss
-DEPTH_DECAY = 0.8
+#: the training's length: the cosine schedule runs over this many steps of 8 windows of 256 tokens
+TRAIN_STEPS = 10000
+#: the head as the last training run that ended left it (the default target's), from which the next run starts
+CHECKPOINT = PACKED.with_name("eagle-smollm2-135m-checkpoint.safetensors")
 
 
 def eagle_loss(
@@ -128,100 +133,6 @@ def token_loss(
 
 
 
-def distill_loss(
-    head: EagleHead,
-    predicted: Float[Tensor, "batch chain hidden"],
-    target: Float[Tensor, "batch chain hidden"],
-    top_k: int | None = None,
-) -> Float[Tensor, ""]:
-    """`token_loss` against any target features: the cross-entropy of the head's distribution (from `predicted`)
-    against the target's (its output layer on `target`, on the head's tokens). With `top_k`, only the target's k
-    likeliest tokens count, each with its probability (HASS's top-K distillation: the guesses that can be accepted
-    are among them). A mean over positions."""
-    p = torch.softmax(head.logits(target).float(), dim=-1)  # (batch, chain, head tokens)
-    if top_k is not None:
-        kept = p.topk(top_k, dim=-1)
-        p = torch.zeros_like(p).scatter(-1, kept.indices, kept.values)
-    log_q = torch.log_softmax(head.logits(predicted).float(), dim=-1)
-    return -(p * log_q).sum(-1).mean()
-
-
-def depth_mask(chains: int, depths: int, device: torch.device | str = "cpu") -> Bool[Tensor, "query key"]:
-    """What each entry of an unrolled draft sees (`unrolled`), entries laid out depth by depth, `chains` per depth: an
-    entry of chain t at depth a sees depth 1's entries up to chain t (the head's entries for the target's features
-    up to position t, as its cache holds them when drafting) and its own chain's entries at depths 2..a."""
-    tril = torch.ones(chains, chains, dtype=torch.bool, device=device).tril()
-    eye = torch.eye(chains, dtype=torch.bool, device=device)
-    mask = torch.zeros(depths * chains, depths * chains, dtype=torch.bool, device=device)
-    for a in range(depths):
-        rows = slice(a * chains, (a + 1) * chains)
-        mask[rows, :chains] = tril
-        for b in range(1, a + 1):  # the chain's own deeper entries, itself included
-            mask[rows, b * chains : (b + 1) * chains] = eye
-    return mask
-
-
-def unrolled(
-    head: EagleHead, features: Float[Tensor, "batch seq hidden"], tokens: Int[Tensor, "batch seq"], depths: int
-) -> list[Float[Tensor, "batch chain hidden"]]:
-    """Training-time test (EAGLE-3; HASS calls it context alignment): the head drafts `depths` deep from every
-    position of the sequences at once, fed its own predicted features as when it drafts. Chain t starts from the
-    target's f_t: depth 1 reads (f_t, x_{t+1}) at position t, as the head's forward does; depth d > 1 reads (its
-    depth d - 1 prediction, x_{t+d}) at position t + d - 1 and sees what it would see in a draft (`depth_mask`).
-    The chain's tokens are the target's: a draft is accepted only as far as its tokens are the target's.
-
-    **Returns:** for d = 1..`depths`, the predictions `(batch, seq - 1, hidden)`: entry t is f'_{t+d}, which
-    stands for the target's f_{t+d} where t + d < seq.
-    """
-    batch, seq, _ = features.shape
-    chains, device = seq - 1, features.device
-    start = torch.arange(chains, device=device)
-    ahead = torch.cat([tokens, tokens.new_zeros(batch, depths)], dim=1)  # past the end: any token (never scored)
-    inputs, fed, places, predicted = [features[:, :-1]], [], [], []
-    for d in range(1, depths + 1):
-        fed.append(ahead[:, d : d + chains])  # x_{t+d}
-        places.append(start + d - 1)
-        if d > 1:
-            inputs.append(predicted[-1])
-        mask = repeat(depth_mask(chains, d, device), "query key -> batch 1 query key", batch=batch)
-        positions = repeat(torch.cat(places), "entry -> batch entry", batch=batch)
-        out = head(torch.cat(inputs, dim=1), torch.cat(fed, dim=1), positions, mask)
-        predicted.append(out[:, -chains:])  # the earlier depths' entries come out as before (they never see later)
-    return predicted
-
-
-def unrolled_loss(
-    head: EagleHead,
-    features: Float[Tensor, "batch seq hidden"],
-    tokens: Int[Tensor, "batch seq"],
-    depths: int,
-    top_k: int | None = None,
-) -> Float[Tensor, ""]:
-    """EAGLE-3's loss: the token loss (`distill_loss`, no feature loss) of every depth of an `unrolled` draft,
-    depth d weighing `DEPTH_DECAY` ** (d - 1), each over the chains whose f_{t+d} is known."""
-    total = features.new_zeros(())
-    for d, predicted in enumerate(unrolled(head, features, tokens, depths), start=1):
-        known = features.shape[1] - d  # chains t with t + d < seq
-        total = total + DEPTH_DECAY ** (d - 1) * distill_loss(head, predicted[:, :known], features[:, d:], top_k)
-    return total
-
-
-def chain_hits(head: EagleHead, record: dict, depths: int) -> tuple[Int[Tensor, " depth"], int]:
-    """Held out, teacher forced up to each answer position, then the head's own features (`unrolled`): at how many
-    answer positions the head's first d guesses are all the target's tokens, for d = 1..`depths`, out of how many
-    positions have `depths` tokens after them."""
-    tokens, n = record["tokens"], record["tokens"].shape[0]
-    with torch.no_grad():
-        predicted = unrolled(head, record["features"][None].float(), tokens[None], depths)
-    chains = n - 1 - depths  # chain t guesses x_{t+2}..x_{t+depths+1}
-    right = torch.stack([
-        head.head_token_ids[head.logits(p[0, :chains]).argmax(-1)] == tokens[1 + d : 1 + d + chains]
-        for d, p in enumerate(predicted, start=1)
-    ])  # fmt: skip
-    answer = torch.arange(chains) + 2 >= record["answer_start"]
-    held = right.cumprod(0).bool() & answer  # (depth, chain): guesses 1..d all right
-    return held.sum(1), int(answer.sum())
-
 def build_head(target, records: list[dict], head_tokens: Int[Tensor, " head"] | None = None) -> EagleHead:
     """A head for `target` scoring `head_tokens`, by default the `HEAD_TOKENS` tokens most frequent in the data."""
     if head_tokens is None:
@@ -233,52 +144,99 @@ def build_head(target, records: list[dict], head_tokens: Int[Tensor, " head"] | 
     return EagleHead(target.config, embedding.float(), output.float(), head_tokens)
 
 
-def train(work, *, steps: int = 300, batch: int = 8, window: int = 256, lr: float = 1e-3, seed: int = 0,
-          model: str | None = None) -> None:
+def train(work, *, steps: int = TRAIN_STEPS, until: int | None = None, batch: int = 8, window: int = 256,
+          lr: float = 1e-3, seed: int = 0, model: str | None = None) -> None:  # fmt: skip
     """AdamW on `eagle_loss` over random windows of the data (every task kind), the learning rate warming up over
-    the first 100 steps and then falling along a cosine to a tenth; a checkpoint every 25 steps, resumed from."""
+    the first 100 steps and then falling along a cosine over `steps` to a tenth; this run stops at step `until`
+    (default: `steps`). A checkpoint every 25 steps in the work folder, resumed from; without one, the run starts
+    from the committed checkpoint (`CHECKPOINT`, default target only) if there is one, with a fresh optimiser
+    that warms up again over 100 steps. The target's features are kept in the work folder (`with_features`)."""
     import json
 
     from tqdm import tqdm
 
+    from mtdecode.bench import hold_freed_memory
     from mtdecode.zoo import load_model
 
     work = Path(work)
+    until = steps if until is None else min(until, steps)
+    hold_freed_memory(every_size=True)  # each step's 67 MB of scores reuse the last step's pages (about 10 % faster)
     target = load_model(model or DEFAULT_TARGET).hf
     packed = PACKED if model is None else None  # the packed data is the default target's tokens
-    records = with_features(load_records(work, packed=packed), target)
-    held_out = with_features(load_records(work, held_out=True, packed=packed), target)
+    records = load_records(work, packed=packed)
     torch.manual_seed(seed)
-    head = build_head(target, records)
-    optimiser = torch.optim.AdamW(head.parameters(), lr=lr)
-    checkpoint, start = work / "eagle.pt", 0
-    if checkpoint.exists():  # resume: the head keeps the tokens it was built with, whatever data came since
-        state = torch.load(checkpoint, weights_only=False)
-        head = build_head(target, records, state["head"]["head_token_ids"])
-        optimiser = torch.optim.AdamW(head.parameters(), lr=lr)
-        head.load_state_dict(state["head"])
-        optimiser.load_state_dict(state["optimiser"])
-        start = state["step"]
+    head, optimiser, start, warm_from = resume(work, target, records, lr, packed is not None)
+    if start >= until:
+        print(f"train: the head is at step {start} already, nothing to do up to step {until}")
+        return
+    records = with_features(records, target, cache=work / "features")
+    held_out = with_features(load_records(work, held_out=True, packed=packed), target, cache=work / "features")
     generator = torch.Generator().manual_seed(seed + start)
     with (work / "eagle_train.log").open("a") as log:
-        for step in tqdm(range(start, steps), desc="train: eagle head", unit="step", initial=start, total=steps):
+        for step in tqdm(range(start, until), desc="train: eagle head", unit="step", initial=start, total=until):
             windows = random_windows(records, batch, window, generator)
             features = torch.stack([r["features"][a:b] for r, a, b in windows]).float()
             tokens = torch.stack([r["tokens"][a:b] for r, a, b in windows])
             for group in optimiser.param_groups:
-                group["lr"] = learning_rate(lr, step, steps)
+                group["lr"] = learning_rate(lr, step, steps, warm_from)
             loss, feature_loss, token_loss = eagle_loss(head, features, tokens)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
             log.write(json.dumps({"step": step + 1, "loss": loss.item(), "feature": feature_loss.item(),
                                   "token": token_loss.item()}) + "\n")  # fmt: skip
-            if (step + 1) % 25 == 0 or step + 1 == steps:
-                state = {"head": head.state_dict(), "optimiser": optimiser.state_dict(), "step": step + 1}
-                torch.save(state, checkpoint)
-            if (step + 1) % 250 == 0 or step + 1 == steps:
+            if (step + 1) % 25 == 0 or step + 1 == until:
+                state = {"head": head.state_dict(), "optimiser": optimiser.state_dict(), "step": step + 1,
+                         "steps": steps, "warm_from": warm_from}  # fmt: skip
+                torch.save(state, work / "eagle.tmp")
+                (work / "eagle.tmp").replace(work / "eagle.pt")
+            if (step + 1) % 1000 == 0 or step + 1 == until:
                 log.write(json.dumps({"step": step + 1, "held_out": held_out_scores(head, held_out)}) + "\n")
                 log.flush()
+
+
+def resume(work: Path, target, records: list[dict], lr: float, committed: bool) -> tuple:
+    """The head, its optimiser, the step to start from and the step the learning rate last warmed up from: from the
+    work folder's checkpoint, else from the committed one (`committed`: the default target's), else new."""
+    checkpoint = work / "eagle.pt"
+    if checkpoint.exists():  # the head keeps the tokens it was built with, whatever data came since
+        state = torch.load(checkpoint, weights_only=False)
+        head = build_head(target, records, state["head"]["head_token_ids"])
+        head.load_state_dict(state["head"])
+        optimiser = torch.optim.AdamW(head.parameters(), lr=lr)
+        optimiser.load_state_dict(state["optimiser"])
+        return head, optimiser, state["step"], state.get("warm_from", 0)
+    if committed and CHECKPOINT.exists():
+        weights, step = load_checkpoint()
+        head = build_head(target, records, weights["head_token_ids"])
+        head.load_state_dict(weights)
+        print(f"train: from the committed checkpoint at step {step} ({CHECKPOINT.name})")
+        return head, torch.optim.AdamW(head.parameters(), lr=lr), step, step
+    head = build_head(target, records)
+    return head, torch.optim.AdamW(head.parameters(), lr=lr), 0, 0
+
+
+def commit_checkpoint(work, path: Path | None = None) -> Path:
+    """The work folder's trained head, float32, without the target's rows or the optimiser, into `path` (default
+    `CHECKPOINT`): one head-sized file that the next `train` run starts from on another machine."""
+    from safetensors.torch import save_file
+
+    path = Path(path or CHECKPOINT)
+    state = torch.load(Path(work) / "eagle.pt", weights_only=False)
+    weights = {k: v.contiguous() for k, v in state["head"].items()}  # the target's rows are not in a state dict
+    save_file(weights, str(path), metadata={"step": str(state["step"]), "steps": str(state["steps"])})
+    return path
+
+
+def load_checkpoint(path: Path | None = None) -> tuple[dict, int]:
+    """The committed checkpoint's weights and the step it was written at."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    path = Path(path or CHECKPOINT)
+    with safe_open(str(path), "pt") as f:
+        step = int(f.metadata()["step"])
+    return load_file(str(path)), step
 
 
 def random_windows(records: list[dict], batch: int, window: int, generator: torch.Generator) -> list[tuple]:
@@ -290,9 +248,10 @@ def random_windows(records: list[dict], batch: int, window: int, generator: torc
     return [(records[i], a, a + length) for i, a in zip(chosen, starts, strict=True)]
 
 
-def learning_rate(lr: float, step: int, steps: int) -> float:
-    """The recipe's schedule: a warm-up over the first 100 steps, then a cosine from `lr` down to `lr` / 10."""
-    return lr * min(1.0, (step + 1) / 100) * (0.55 + 0.45 * math.cos(math.pi * step / steps))
+def learning_rate(lr: float, step: int, steps: int, warm_from: int = 0) -> float:
+    """The recipe's schedule: a warm-up over the 100 steps after `warm_from` (0, or where a run started with a
+    fresh optimiser), then a cosine over all `steps` from `lr` down to `lr` / 10."""
+    return lr * min(1.0, (step + 1 - warm_from) / 100) * (0.55 + 0.45 * math.cos(math.pi * step / steps))
 
 
 def first_guess_hits(head: EagleHead, predicted: Float[Tensor, "1 seq_1 hidden"], record: dict) -> tuple[int, int]:
@@ -319,10 +278,10 @@ def held_out_scores(head: EagleHead, records: list[dict]) -> dict:
     return {"loss": round(sum(losses) / len(losses), 4), "first_guess": round(hits / count, 4)}
 
 
-def export(work, folder: Path | None = None) -> Path:
-    """Write the trained head to `folder` (default: into the package, `weights/smollm2-135m-eagle`), in float16:
-    its fuse, layer and norm weights and its token list; the embedding and output rows are the target's and are
-    not shipped. `load_head(target, folder)` reads it back."""
+def export(work, folder: Path | None = None, *, committed: bool = True) -> Path:
+    """Write the trained head (`trained`) to `folder` (default: into the package, `weights/smollm2-135m-eagle`), in
+    float16: its fuse, layer and norm weights and its token list; the embedding and output rows are the target's
+    and are not shipped. `load_head(target, folder)` reads it back."""
     import json
 
     from safetensors.torch import save_file
@@ -330,19 +289,34 @@ def export(work, folder: Path | None = None) -> Path:
     from mtdecode.zoo import EAGLE_DIR
 
     folder = Path(folder or EAGLE_DIR)
-    state = torch.load(Path(work) / "eagle.pt", weights_only=False)
-    weights = {k: v.half() if v.is_floating_point() else v for k, v in state["head"].items()}
+    state, step = trained(work, committed=committed)
+    weights = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "head.safetensors"))
-    (folder / "eagle.json").write_text(json.dumps({"steps": state["step"], "head_tokens": HEAD_TOKENS}) + "\n")
+    (folder / "eagle.json").write_text(json.dumps({"steps": step, "head_tokens": HEAD_TOKENS}) + "\n")
     return folder / "head.safetensors"
 
 
+def trained(work, *, committed: bool = True) -> tuple[dict, int]:
+    """The trained head's state and its step: the work folder's checkpoint, else (`committed`: the default target)
+    the committed one. **Raises:** `FileNotFoundError` if there is neither."""
+    checkpoint = Path(work) / "eagle.pt"
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        return state["head"], state["step"]
+    if committed and CHECKPOINT.exists():
+        return load_checkpoint()
+    raise FileNotFoundError(f"no trained head in {checkpoint}" + (f" nor {CHECKPOINT}" if committed else "") +
+                            ": run the 'train' stage first")  # fmt: skip
+
+
 def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | None = None,
-             model: str | None = None) -> dict:
-    """Greedy acceptance of a chain drafted by the head, by depth and task kind, on held-out answers (teacher
-    forcing up to each position t, then the head's own features and tokens): the share of answer positions where
-    the first d drafted tokens all equal the target's tokens, for d = 1..`depths`."""
+             model: str | None = None, name: str = "evaluate") -> dict:  # fmt: skip
+    """Per task kind of the held-out data: the head's first guess over every sequence, teacher forced
+    (`held_out_scores`), and the greedy acceptance of a chain it drafts on the first `sequences` (teacher forcing
+    up to each position t, then the head's own features and tokens): the share of answer positions where the first
+    d drafted tokens all equal the target's tokens, for d = 1..`depths`. `head`: the trained one (`trained`) by
+    default. Printed, and written to `work / f"{name}.json"`."""
     import json
 
     from tqdm import tqdm
@@ -351,17 +325,19 @@ def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | Non
 
     work = Path(work)
     target = load_model(model or DEFAULT_TARGET).hf
+    packed = PACKED if model is None else None
     if head is None:
-        state = torch.load(work / "eagle.pt", weights_only=False)["head"]
+        state, _ = trained(work, committed=packed is not None)
         head = build_head(target, [], state["head_token_ids"])
         head.load_state_dict(state)
     report = {}
     for kind in tqdm(TASK_PROMPTS, desc="evaluate: held-out chains by task kind", unit="kind"):
-        packed = PACKED if model is None else None
-        held_out = with_features(load_records(work, kind, held_out=True, packed=packed)[:sequences], target)
+        held_out = with_features(load_records(work, kind, held_out=True, packed=packed), target,
+                                 cache=work / "features")  # fmt: skip
+        scores = held_out_scores(head, held_out)
         hits, positions = torch.zeros(depths), 0
         with torch.no_grad():
-            for r in held_out:
+            for r in held_out[:sequences]:
                 tokens, features = r["tokens"], r["features"].float()
                 for t in range(r["answer_start"] - 1, len(tokens) - depths - 1):  # f_t known, x_{t+1} the next token
                     feats, toks = features[: t + 1], tokens[1 : t + 2]
@@ -373,11 +349,12 @@ def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | Non
                         hits[d] += ok
                         feats, toks = torch.cat([feats, predicted[None]]), torch.cat([toks, guess[None]])
                     positions += 1
-        report[kind] = {"positions": positions,
+        report[kind] = {"sequences": len(held_out), "first_guess_teacher_forced": scores["first_guess"],
+                        "positions": positions,
                         **{f"accepted_to_depth_{d + 1}": round(float(hits[d]) / positions, 4) for d in range(depths)},
                         "tokens_per_forward_chain": round(1 + float(hits.sum()) / positions, 3)}  # fmt: skip
     print(json.dumps(report, indent=2))
-    (work / "evaluate.json").write_text(json.dumps(report, indent=2) + "\n")
+    (work / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
@@ -387,8 +364,11 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import sys
 
+    from mtdecode.zoo import load_model
+
     parser = argparse.ArgumentParser(description="Train an EAGLE-style draft head (by default for SmolLM2-135M).")
-    parser.add_argument("stage", choices=["data", "pack", "train", "export", "evaluate", "all"])
+    parser.add_argument("stage", choices=["data", "pack", "features", "train", "checkpoint", "export", "evaluate",
+                                          "all"])  # fmt: skip
     parser.add_argument("--work", type=Path, default=Path("build/eagle"), help="data and checkpoints go here")
     parser.add_argument("--model", default=None, help="the target: the embedded model (default) or a local folder "
                         "of any supported family, with its tokenizer and chat template")  # fmt: skip
@@ -398,13 +378,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sampled", nargs="+", default=[], choices=list(TASK_PROMPTS), metavar="KIND",
                         help="also answer these kinds' training prompts by sampling at temperature 1 (kept as "
                         "KIND-sampled beside the greedy answers; none by default)")  # fmt: skip
-    parser.add_argument("--steps", type=int, default=10500)
+    parser.add_argument("--steps", type=int, default=TRAIN_STEPS, help="the schedule's length")
+    parser.add_argument("--until", type=int, default=None, help="stop this run at this step (default: --steps)")
     parser.add_argument("--window", type=int, default=256, help="tokens per training window")
     parser.add_argument("--sequences", type=int, default=8, help="held-out sequences per task kind to evaluate")
     parser.add_argument("--out", type=Path, default=None, help="export here (default: into the package, for the "
                         "default model only)")  # fmt: skip
+    parser.add_argument("--head", type=Path, default=None, help="evaluate: the head exported in this folder instead "
+                        "of the work folder's (e.g. the shipped one, mtdecode/zoo/weights/smollm2-135m-eagle)")
     args = parser.parse_args(argv)
-    if args.model is not None and args.out is None and args.stage in ("export", "all"):
+    if args.model is not None and args.out is None and args.stage in ("export", "checkpoint", "all"):
         parser.error("--model needs --out: the package holds the default model's head only")
 
     def scaled(count: int) -> int:
@@ -429,12 +412,25 @@ def main(argv: list[str] | None = None) -> None:
         made = args.work / "command"
         command = made.read_text().strip() if made.exists() else "unknown"
         print(f"packed {pack(args.work, args.out or PACKED, command=command)}")
+    if args.stage == "features":  # train computes them too; this stage alone says how long they take
+        target = load_model(args.model or DEFAULT_TARGET).hf
+        packed = PACKED if args.model is None else None
+        for held_out in (False, True):
+            records = load_records(args.work, held_out=held_out, packed=packed)
+            with_features(records, target, cache=args.work / "features")
     if args.stage in ("train", "all"):
-        train(args.work, steps=args.steps, window=args.window, model=args.model)
+        train(args.work, steps=args.steps, until=args.until, window=args.window, model=args.model)
+    if args.stage == "checkpoint":  # not part of "all": it writes into the package
+        print(f"committed {commit_checkpoint(args.work, args.out)}")
     if args.stage in ("export", "all"):
-        print(f"exported {export(args.work, args.out)}")
+        print(f"exported {export(args.work, args.out, committed=args.model is None)}")
     if args.stage in ("evaluate", "all"):
-        evaluate(args.work, sequences=args.sequences, model=args.model)
+        head, name = None, "evaluate"
+        if args.head is not None:
+            from mtdecode.zoo.eagle import load_head
+
+            head, name = load_head(load_model(args.model or DEFAULT_TARGET).hf, args.head), f"evaluate-{args.head.name}"
+        evaluate(args.work, sequences=args.sequences, model=args.model, head=head, name=name)
 
 
 if __name__ == "__main__":

@@ -189,10 +189,14 @@ def load_records(work, kind: str | None = None, held_out: bool = False, *, packe
     return records
 
 
-def with_features(records: list[dict], target, *, batch: int = 16) -> list[dict]:
+def with_features(records: list[dict], target, *, batch: int = 16, cache: Path | None = None) -> list[dict]:
     """Each record with `features`, the target's last hidden states along its tokens (float16), computed by one
     forward per `batch` records of similar length, right-padded: under the causal mask no position sees the
-    padding after it. `target` is a `CausalLM` or a transformers model."""
+    padding after it. `target` is a `CausalLM` or a transformers model.
+
+    `cache`: a folder where the features are kept (`features_cache`), so that a run that is cut, or the next
+    stage, reads them instead of computing them again. Without it they are computed and kept in memory only.
+    """
     from tqdm import tqdm
 
     from mtdecode import KVCache, masks
@@ -200,10 +204,17 @@ def with_features(records: list[dict], target, *, batch: int = 16) -> list[dict]
 
     target = CausalLM.wrap(target)
     order = sorted(range(len(records)), key=lambda i: len(records[i]["tokens"]))
+    groups = [order[start : start + batch] for start in range(0, len(order), batch)]
+    store = features_cache(records, target, batch, cache) if cache is not None else None
+    done = store.done if store else 0
     out: list[dict] = [{} for _ in records]
+    for i in (i for group in groups[:done] for i in group):  # kept by an earlier run
+        out[i] = {**records[i], "features": store.read(i)}
     with torch.no_grad():
-        for start in tqdm(range(0, len(order), batch), desc="features: the target reads the data", unit="batch"):
-            group = order[start : start + batch]
+        bar = tqdm(range(done, len(groups)), desc="features: the target reads the data", unit="batch", initial=done,
+                   total=len(groups))  # fmt: skip
+        for g in bar:
+            group = groups[g]
             n = max(len(records[i]["tokens"]) for i in group)
             tokens = torch.zeros(len(group), n, dtype=torch.long)  # (batch, n), zeros after each record's end
             for row, i in enumerate(group):
@@ -213,7 +224,47 @@ def with_features(records: list[dict], target, *, batch: int = 16) -> list[dict]
             _, features = target.forward_features(tokens, positions, mask, KVCache())  # (batch, n, hidden)
             for row, i in enumerate(group):
                 out[i] = {**records[i], "features": features[row, : len(records[i]["tokens"])].half()}
+            if store:
+                store.write(group, [out[i]["features"] for i in group], g + 1)
     return out
+
+
+class FeatureStore:
+    """The features of a list of records in one float16 file (`features-KEY.npy`, records end to end, opened as
+    a memory map) and how many of `with_features`' groups it holds (`features-KEY.done`), written after each group:
+    a run that is cut resumes at the next group."""
+
+    def __init__(self, path: Path, starts: list[int], tokens: int, hidden: int):
+        self.path, self.starts = path, starts
+        self.progress = path.with_suffix(".done")
+        mode = "r+" if path.exists() else "w+"
+        self.array = np.lib.format.open_memmap(path, mode=mode, dtype=np.float16, shape=(tokens, hidden))
+        self.done = int(self.progress.read_text()) if self.progress.exists() else 0
+
+    def read(self, i: int) -> torch.Tensor:
+        return torch.from_numpy(np.array(self.array[self.starts[i] : self.starts[i + 1]]))
+
+    def write(self, group: list[int], features: list[torch.Tensor], done: int) -> None:
+        for i, f in zip(group, features, strict=True):
+            self.array[self.starts[i] : self.starts[i + 1]] = f.numpy()
+        self.array.flush()
+        self.progress.write_text(f"{done}\n")
+        self.done = done
+
+
+def features_cache(records: list[dict], target, batch: int, folder: Path) -> FeatureStore:
+    """The `FeatureStore` in `folder` for these records, this target and this batch size: its name is a hash of all
+    three (the features of a padded batch depend on its company in the last bits), so other data gets its own."""
+    digest = hashlib.sha256(f"{target.dtype}|{batch}|".encode())
+    for name, weight in target.hf.state_dict().items():  # the target itself, not its name
+        digest.update(name.encode() + weight.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    for r in records:
+        digest.update(r["tokens"].numpy().astype(np.int64).tobytes() + b"|")
+    lengths = [len(r["tokens"]) for r in records]
+    starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"features-{digest.hexdigest()[:16]}.npy"
+    return FeatureStore(path, starts, starts[-1], target.config.hidden_size)
 
 
 def pack(work, path: Path = PACKED, *, command: str = "") -> Path:
