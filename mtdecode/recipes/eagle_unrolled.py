@@ -1,5 +1,5 @@
 """Training-time test (EAGLE-3; HASS's context alignment) and HASS's top-K distillation: the losses that were
-measured against EAGLE-1's and left out of the recipe (docs/strategies/eagle.md, "EAGLE-1 or EAGLE-3?"), kept for
+measured against EAGLE-1's and left out of the recipe (docs/strategies/eagle-training.md), kept for
 `benchmarks/eagle3_pilot.py`, which trains heads with them side by side, and for anyone who trains a head of
 their own. `chain_hits` scores a head's chains on held-out data the same way for every variant."""
 
