@@ -17,23 +17,22 @@ import time
 
 import torch
 
-import mtdecode
 from mtdecode import KVCache, masks
-from mtdecode.recipes.eagle_data import DATA_BATCH, DEFAULT_TARGET, _tokenizer, task_prompts, with_features
-from mtdecode.strategies import Autoregressive
+from mtdecode.recipes.eagle_data import (
+    DATA_BATCH,
+    DEFAULT_TARGET,
+    _tokenizer,
+    answer_batch,
+    task_prompts,
+    with_features,
+)
 from mtdecode.zoo import load_model
 
 
 def answers(target, tokenizer, chats: list, batch: int, new_tokens: int) -> list[torch.Tensor]:
-    """Each prompt with its greedy answer, `batch` prompts per `generate`."""
-    out = []
-    for i in range(0, len(chats), batch):
-        ids = [list(tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"])
-               for c in chats[i : i + batch]]  # fmt: skip
-        stop = dict(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
-        result = mtdecode.generate(target, ids, Autoregressive(), max_new_tokens=new_tokens, **stop)
-        out += [torch.tensor(prompt + result.row(b)) for b, prompt in enumerate(ids)]
-    return out
+    """Each prompt with its greedy answer, `batch` prompts per `generate` (the data stage's `answer_batch`)."""
+    batches = [chats[i : i + batch] for i in range(0, len(chats), batch)]
+    return [record["tokens"] for chunk in batches for record in answer_batch(target, tokenizer, chunk, new_tokens)]
 
 
 def one_by_one(target, sequences: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -119,8 +119,10 @@ def unchecked():
         yield
 
 
-#: tests that take 20 s or more of a worker (notebooks, processes started afresh, the third-party samplers' laws)
+#: tests that take 20 s or more of a worker (notebooks, processes started afresh, the third-party samplers' laws, the
+#: tensor-parallel launch that all of its module's tests share)
 SLOWEST = (
+    "tests/test_tensor_parallel.py",
     "tests/test_tutorials.py::test_the_notebook_runs",
     "tests/test_seeds.py::test_a_seed_repeats_across_processes",
     "tests/test_oracle.py::test_a_correct_third_party_speculative_decoder_conforms",

@@ -228,7 +228,8 @@ def test_kept_features_are_read_back_and_a_cut_run_resumes_at_the_next_group(tmp
 def test_training_starts_from_the_committed_checkpoint_when_the_work_folder_has_none(tmp_path, monkeypatch):
     """`commit_checkpoint` keeps the head's own weights (not the target's rows, not the optimiser) and the step;
     `resume` prefers the work folder's checkpoint (optimiser and all), else starts from the committed one at its
-    step with a fresh optimiser whose learning rate warms up again, else from a new head; `trained` (for `export`
+    step with a fresh optimiser whose learning rate warms up again, else from a new head, and refuses a checkpoint
+    made on a schedule of another length; `trained` (for `export`
     and `evaluate`) reads the committed one when the work folder has none."""
     from mtdecode.recipes import eagle
 
@@ -243,11 +244,14 @@ def test_training_starts_from_the_committed_checkpoint_when_the_work_folder_has_
     torch.save(state, work / "eagle.pt")
     committed = eagle.commit_checkpoint(work, tmp_path / "checkpoint.safetensors")
     monkeypatch.setattr(eagle, "CHECKPOINT", committed)
-    weights, step = eagle.load_checkpoint()
-    assert step == 7 and weights.keys() == head.state_dict().keys() and "embedding" not in weights
+    weights, step, steps = eagle.load_checkpoint()
+    assert (step, steps) == (7, 20) and weights.keys() == head.state_dict().keys() and "embedding" not in weights
     for folder, is_committed, start, warm_from in ((work, True, 7, 0), (empty, True, 7, 7), (empty, False, 0, 0)):
-        got, _, got_start, got_warm = eagle.resume(folder, model, records, 1e-3, is_committed)
+        got, _, got_start, got_warm = eagle.resume(folder, model, records, 1e-3, is_committed, steps=20)
         assert (got_start, got_warm) == (start, warm_from)
+        if start:  # continued on a schedule of another length, the learning rate would jump: refused
+            with pytest.raises(ValueError, match="schedule of 20 steps, not 30: continue it with --steps 20"):
+                eagle.resume(folder, model, records, 1e-3, is_committed, steps=30)
         pairs = zip(got.state_dict().values(), head.state_dict().values(), strict=True)
         assert all(torch.equal(a, b) for a, b in pairs) == (start == 7), folder
     state, step = eagle.trained(empty)  # what `export` and `evaluate` read without a work checkpoint

@@ -165,7 +165,7 @@ def train(work, *, steps: int = TRAIN_STEPS, until: int | None = None, batch: in
     packed = PACKED if model is None else None  # the packed data is the default target's tokens
     records = load_records(work, packed=packed)
     torch.manual_seed(seed)
-    head, optimiser, start, warm_from = resume(work, target, records, lr, packed is not None)
+    head, optimiser, start, warm_from = resume(work, target, records, lr, packed is not None, steps)
     if start >= until:
         print(f"train: the head is at step {start} already, nothing to do up to step {until}")
         return
@@ -195,25 +195,37 @@ def train(work, *, steps: int = TRAIN_STEPS, until: int | None = None, batch: in
                 log.flush()
 
 
-def resume(work: Path, target, records: list[dict], lr: float, committed: bool) -> tuple:
+def resume(work: Path, target, records: list[dict], lr: float, committed: bool, steps: int) -> tuple:
     """The head, its optimiser, the step to start from and the step the learning rate last warmed up from: from the
-    work folder's checkpoint, else from the committed one (`committed`: the default target's), else new."""
+    work folder's checkpoint, else from the committed one (`committed`: the default target's), else new.
+
+    **Raises:** `ValueError` if the checkpoint was trained on a schedule of other than `steps` steps (continued, its
+    learning rate would jump onto another cosine)."""
     checkpoint = work / "eagle.pt"
     if checkpoint.exists():  # the head keeps the tokens it was built with, whatever data came since
         state = torch.load(checkpoint, weights_only=False)
+        same_schedule(state["steps"], steps, checkpoint)
         head = build_head(target, records, state["head"]["head_token_ids"])
         head.load_state_dict(state["head"])
         optimiser = torch.optim.AdamW(head.parameters(), lr=lr)
         optimiser.load_state_dict(state["optimiser"])
         return head, optimiser, state["step"], state.get("warm_from", 0)
     if committed and CHECKPOINT.exists():
-        weights, step = load_checkpoint()
+        weights, step, schedule = load_checkpoint()
+        same_schedule(schedule, steps, CHECKPOINT)
         head = build_head(target, records, weights["head_token_ids"])
         head.load_state_dict(weights)
         print(f"train: from the committed checkpoint at step {step} ({CHECKPOINT.name})")
         return head, torch.optim.AdamW(head.parameters(), lr=lr), step, step
     head = build_head(target, records)
     return head, torch.optim.AdamW(head.parameters(), lr=lr), 0, 0
+
+
+def same_schedule(made: int, asked: int, checkpoint: Path) -> None:
+    """Refuse to continue a checkpoint on a schedule of another length."""
+    if made != asked:
+        raise ValueError(f"{checkpoint} was trained on a schedule of {made} steps, not {asked}: continue it with "
+                         f"--steps {made}, or train in another work folder")  # fmt: skip
 
 
 def commit_checkpoint(work, path: Path | None = None) -> Path:
@@ -228,15 +240,15 @@ def commit_checkpoint(work, path: Path | None = None) -> Path:
     return path
 
 
-def load_checkpoint(path: Path | None = None) -> tuple[dict, int]:
-    """The committed checkpoint's weights and the step it was written at."""
+def load_checkpoint(path: Path | None = None) -> tuple[dict, int, int]:
+    """The committed checkpoint's weights, the step it was written at and its schedule's length."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
     path = Path(path or CHECKPOINT)
     with safe_open(str(path), "pt") as f:
-        step = int(f.metadata()["step"])
-    return load_file(str(path)), step
+        step, steps = int(f.metadata()["step"]), int(f.metadata()["steps"])
+    return load_file(str(path)), step, steps
 
 
 def random_windows(records: list[dict], batch: int, window: int, generator: torch.Generator) -> list[tuple]:
@@ -305,7 +317,8 @@ def trained(work, *, committed: bool = True) -> tuple[dict, int]:
         state = torch.load(checkpoint, weights_only=False)
         return state["head"], state["step"]
     if committed and CHECKPOINT.exists():
-        return load_checkpoint()
+        weights, step, _ = load_checkpoint()
+        return weights, step
     raise FileNotFoundError(f"no trained head in {checkpoint}" + (f" nor {CHECKPOINT}" if committed else "") +
                             ": run the 'train' stage first")  # fmt: skip
 

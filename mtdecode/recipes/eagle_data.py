@@ -91,8 +91,6 @@ def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, ba
     self-distilled text along paths that greedy decoding does not take, such as a user's sampling takes."""
     from tqdm import tqdm
 
-    import mtdecode
-    from mtdecode.strategies import Autoregressive
     from mtdecode.zoo import load_model
 
     folder = Path(work) / ("held_out" if held_out else "data") / (sampled_kind(kind) if sampled else kind)
@@ -104,16 +102,26 @@ def make_data(work, kind: str, *, held_out: bool = False, prompts: int = 192, ba
         return
     target, tokenizer = load_model(model or DEFAULT_TARGET), _tokenizer(model)  # a CausalLM
     for i in tqdm(todo, desc=f"data: target answers ({kind}, {folder.parent.name})", unit="batch"):
-        ids = [list(tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"]) for c in batches[i]]
-        result = mtdecode.generate(
-            target, ids, Autoregressive(), max_new_tokens=new_tokens, eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.eos_token_id, temperature=1.0 if sampled else 0.0, seed=i if sampled else None,
-        )  # fmt: skip
-        records = [{"tokens": torch.tensor(prompt + result.row(b)), "answer_start": len(prompt)}
-                   for b, prompt in enumerate(ids)]  # fmt: skip
+        records = answer_batch(target, tokenizer, batches[i], new_tokens, sampled=sampled, seed=i if sampled else None)
         tmp = folder / f"{i:04d}.tmp"
         torch.save(records, tmp)
         tmp.rename(folder / f"{i:04d}.pt")
+
+
+def answer_batch(target, tokenizer, chats: list, new_tokens: int, *, sampled: bool = False,
+                 seed: int | None = None) -> list[dict]:  # fmt: skip
+    """One batch of chats answered by the target in one `generate`: greedily, or (`sampled`) drawn at temperature 1
+    with `seed`. Each record holds a prompt and its answer's tokens, and where the answer starts."""
+    import mtdecode
+    from mtdecode.strategies import Autoregressive
+
+    ids = [list(tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"]) for c in chats]
+    result = mtdecode.generate(
+        target, ids, Autoregressive(), max_new_tokens=new_tokens, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.eos_token_id, temperature=1.0 if sampled else 0.0, seed=seed,
+    )  # fmt: skip
+    return [{"tokens": torch.tensor(prompt + result.row(b)), "answer_start": len(prompt)}
+            for b, prompt in enumerate(ids)]  # fmt: skip
 
 
 def sampled_kind(kind: str) -> str:
