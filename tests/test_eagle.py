@@ -229,8 +229,8 @@ def test_training_starts_from_the_committed_checkpoint_when_the_work_folder_has_
     """`commit_checkpoint` keeps the head's own weights (not the target's rows, not the optimiser) and the step;
     `resume` prefers the work folder's checkpoint (optimiser and all), else starts from the committed one at its
     step with a fresh optimiser whose learning rate warms up again, else from a new head, and refuses a checkpoint
-    made on a schedule of another length; `trained` (for `export`
-    and `evaluate`) reads the committed one when the work folder has none."""
+    made on a schedule of another length; `trained` (for `export` and `evaluate`) reads the committed one when the
+    work folder has none."""
     from mtdecode.recipes import eagle
 
     model = tiny_model("llama", vocab_size=VOCAB, dtype=torch.float32)

@@ -202,28 +202,36 @@ def train(work, *, steps: int = TRAIN_STEPS, until: int | None = None, batch: in
 
 def resume(work: Path, target, records: list[dict], lr: float, committed: bool, steps: int) -> tuple:
     """The head, its optimiser, the step to start from and the step the learning rate last warmed up from: from the
-    work folder's checkpoint, else from the committed one (`committed`: the default target's), else new.
+    last checkpoint (`latest`), else new. From the committed checkpoint the optimiser is a fresh one, warmed up again.
 
     **Raises:** `ValueError` if the checkpoint was trained on a schedule of other than `steps` steps (continued, its
     learning rate would jump onto another cosine)."""
-    checkpoint = work / "eagle.pt"
-    if checkpoint.exists():  # the head keeps the tokens it was built with, whatever data came since
-        state = torch.load(checkpoint, weights_only=False)
-        same_schedule(state["steps"], steps, checkpoint)
-        head = build_head(target, records, state["head"]["head_token_ids"])
-        head.load_state_dict(state["head"])
-        optimiser = torch.optim.AdamW(head.parameters(), lr=lr)
-        optimiser.load_state_dict(state["optimiser"])
-        return head, optimiser, state["step"], state.get("warm_from", 0)
+    found = latest(work, committed)
+    if found is None:
+        head = build_head(target, records)
+        return head, torch.optim.AdamW(head.parameters(), lr=lr), 0, 0
+    same_schedule(found["steps"], steps, found["path"])
+    head = build_head(target, records, found["head"]["head_token_ids"])  # its tokens, whatever data came since
+    head.load_state_dict(found["head"])
+    optimiser = torch.optim.AdamW(head.parameters(), lr=lr)
+    if "optimiser" in found:  # the work folder's own checkpoint
+        optimiser.load_state_dict(found["optimiser"])
+        return head, optimiser, found["step"], found.get("warm_from", 0)
+    print(f"train: from the committed checkpoint at step {found['step']} ({found['path'].name})")
+    return head, optimiser, found["step"], found["step"]
+
+
+def latest(work, committed: bool) -> dict | None:
+    """The last checkpoint, as a dict with `head` (its state), `step`, `steps` (the schedule's length) and `path`: the
+    work folder's (`eagle.pt`, with `optimiser` and `warm_from` too), else (`committed`: the default target) the
+    committed one (`CHECKPOINT`), else None."""
+    checkpoint = Path(work) / "eagle.pt"
+    if checkpoint.exists():
+        return {**torch.load(checkpoint, weights_only=False), "path": checkpoint}
     if committed and CHECKPOINT.exists():
-        weights, step, schedule = load_checkpoint()
-        same_schedule(schedule, steps, CHECKPOINT)
-        head = build_head(target, records, weights["head_token_ids"])
-        head.load_state_dict(weights)
-        print(f"train: from the committed checkpoint at step {step} ({CHECKPOINT.name})")
-        return head, torch.optim.AdamW(head.parameters(), lr=lr), step, step
-    head = build_head(target, records)
-    return head, torch.optim.AdamW(head.parameters(), lr=lr), 0, 0
+        weights, step, steps = load_checkpoint()
+        return {"head": weights, "step": step, "steps": steps, "path": CHECKPOINT}
+    return None
 
 
 def same_schedule(made: int, asked: int, checkpoint: Path) -> None:
@@ -315,17 +323,14 @@ def export(work, folder: Path | None = None, *, committed: bool = True) -> Path:
 
 
 def trained(work, *, committed: bool = True) -> tuple[dict, int]:
-    """The trained head's state and its step: the work folder's checkpoint, else (`committed`: the default target)
-    the committed one. **Raises:** `FileNotFoundError` if there is neither."""
-    checkpoint = Path(work) / "eagle.pt"
-    if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
-        return state["head"], state["step"]
-    if committed and CHECKPOINT.exists():
-        weights, step, _ = load_checkpoint()
-        return weights, step
-    raise FileNotFoundError(f"no trained head in {checkpoint}" + (f" nor {CHECKPOINT}" if committed else "") +
-                            ": run the 'train' stage first")  # fmt: skip
+    """The trained head's state and its step, from the last checkpoint (`latest`). **Raises:** `FileNotFoundError`
+    if there is none."""
+    found = latest(work, committed)
+    if found is None:
+        where = Path(work) / "eagle.pt"
+        raise FileNotFoundError(f"no trained head in {where}" + (f" nor {CHECKPOINT}" if committed else "") +
+                                ": run the 'train' stage first")  # fmt: skip
+    return found["head"], found["step"]
 
 
 def evaluate(work, *, depths: int = 4, sequences: int = 8, head: EagleHead | None = None,
