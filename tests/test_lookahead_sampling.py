@@ -26,7 +26,8 @@ from mtdecode.testing.distribution import check_distribution
 
 from test_verification import keep_rejected
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+# thousands of seeded runs, with jaxtyping's checks off (`unchecked` in conftest.py says why)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread", "unchecked")]
 
 SAMPLES = 20_000
 FALSE_ALARM = 1e-3

@@ -15,7 +15,8 @@ from mtdecode.strategies import MMTAD, MTAD, mmtad, mtad
 from mtdecode.testing import tiny_model
 from mtdecode.testing.mtad import check_bounded_error
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+# thousands of seeded runs, with jaxtyping's checks off (`unchecked` in conftest.py says why)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread", "unchecked")]
 
 FALSE_ALARM = 1e-3
 SAMPLES = 4_000

@@ -25,7 +25,8 @@ from mtdecode.testing import tiny_model
 from mtdecode.testing.distribution import check_distribution
 from mtdecode.testing.models import perturbed
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+# thousands of seeded runs, with jaxtyping's checks off (`unchecked` in conftest.py says why)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread", "unchecked")]
 
 SAMPLES = 20_000
 FALSE_ALARM = 1e-3

@@ -4,11 +4,13 @@
 
 Each rank loads every model folder in MODELS (tiny float64 models of `tiny_model`'s families, saved with
 `save_pretrained`; the folder's name is the family) sharded by transformers' own plan (`tp_plan="auto"`), with a
-draft and a feature head that stay whole on every rank, and decodes with every strategy (`runs`): at its defaults,
-which measure this host's costs on first use, and at fixed settings, greedy and seeded. Before that, with
-`torch.distributed` not yet started, it decodes with the whole model as a single process does (`alone`). It
-writes what it decoded to `OUT/rank{r}.json`, with what two deliberately divergent calls raised (`divergent`) and,
-for the first model, the oracle's verdicts on a correct and a wrong decoder (`oracle`). Then
+draft and a feature head that stay whole on every rank, and decodes with every strategy at fixed settings, greedy
+and seeded (`runs`); on the first model also at every strategy's defaults, which measure this host's costs on first
+use (measuring a second model's would show nothing new and double the launch's longest part). Before that,
+with `torch.distributed` not yet started, the ranks share out the models and decode each with the whole model as a
+single process does (`alone`). Each rank writes what it decoded to `OUT/rank{r}.json`, with what two deliberately
+divergent calls raised (`divergent`) and, for the first model, the oracle's verdicts on a correct and a wrong
+decoder (`oracle`). Then
 rank 0 waits on a barrier that rank 1 never reaches, so that the stack a hung rank prints (`faulthandler`: after
 `--hang` seconds there, after `--timeout` seconds anywhere else) is seen to name the call it waits in.
 """
@@ -16,6 +18,7 @@ rank 0 waits on a barrier that rank 1 never reaches, so that the stack a hung ra
 import argparse
 import faulthandler
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -45,10 +48,10 @@ SAMPLED = dict(temperature=1.0, top_k=20, seed=7)
 HANG = "wait_for_a_rank_that_never_comes"
 
 
-def runs(draft, head) -> dict[str, object]:
-    """name -> strategy: every strategy at its defaults, and at fixed settings (the paper's k, W, N, G, tree)."""
-    return {
-        "defaults/autoregressive": Autoregressive(),
+def runs(draft, head, *, defaults: bool) -> dict[str, object]:
+    """name -> strategy: greedy decoding, every strategy at fixed settings (`fixed`) and, with `defaults`, every
+    strategy at its defaults."""
+    at_defaults = {
         "defaults/speculative": Speculative(draft),
         "defaults/jacobi": Jacobi(),
         "defaults/prompt_lookup": PromptLookup(),
@@ -56,8 +59,8 @@ def runs(draft, head) -> dict[str, object]:
         "defaults/eagle": Eagle(head),
         "defaults/mtad": MTAD(draft),
         "defaults/mmtad": MMTAD(draft),
-        **fixed(draft, head),
     }
+    return {"defaults/autoregressive": Autoregressive(), **(at_defaults if defaults else {}), **fixed(draft, head)}
 
 
 def fixed(draft, head) -> dict[str, object]:
@@ -91,13 +94,13 @@ def decode(model, strategies: dict[str, object]) -> dict[str, list]:
 
 
 def alone(folder: Path) -> dict[str, list]:
-    """What a single process decodes with the whole model at fixed settings, as `decode` names it: each rank runs
-    this before `torch.distributed` starts (the sharded load starts it)."""
+    """What a single process decodes with the whole model at fixed settings, as `decode` names it: the ranks run
+    this, each for its share of the models, before `torch.distributed` starts (the sharded load starts it)."""
     if dist.is_initialized():
         raise RuntimeError("a single process's runs must come before the sharded load starts torch.distributed")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()
     draft, head = helpers(folder.name)
-    return decode(model, {"defaults/autoregressive": Autoregressive(), **fixed(draft, head)})
+    return decode(model, runs(draft, head, defaults=False))
 
 
 def divergent(model, draft) -> dict[str, str]:
@@ -146,15 +149,18 @@ def main() -> None:
     args = parser.parse_args()
     faulthandler.dump_traceback_later(args.timeout, exit=True)  # a hang ends with every thread's stack
     folders = sorted(args.models.iterdir())
-    results = {folder.name: {"alone": alone(folder)} for folder in folders}  # before torch.distributed starts
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])  # set by torchrun
+    results = {folder.name: {} for folder in folders}
+    for folder in folders[rank::world]:  # this rank's share, before torch.distributed starts
+        results[folder.name]["alone"] = alone(folder)
     for folder in folders:
         plan = DistributedConfig(tp_plan="auto")
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64, distributed_config=plan).eval()
         draft, head = helpers(folder.name)
-        results[folder.name] |= {"runs": decode(model, runs(draft, head)), "divergent": divergent(model, draft)}
+        strategies = runs(draft, head, defaults=folder == folders[0])
+        results[folder.name] |= {"runs": decode(model, strategies), "divergent": divergent(model, draft)}
         if folder == folders[0]:  # one family is enough for the oracle
             results[folder.name]["oracle"] = oracle(model)
-    rank = dist.get_rank()
     (args.out / f"rank{rank}.json").write_text(json.dumps(results))
     print(f"rank {rank}: done", file=sys.stderr, flush=True)
     wait_for_a_rank_that_never_comes(args.hang)
