@@ -227,17 +227,17 @@ course.check("5.1", copied, lookup([4, 8, 15, 16, 23, 42, 8, 15], ngram=2, k=3),
              hint="copy what came *after* the earlier occurrence of the last two tokens")  # fmt: skip
 
 # %% [markdown]
-# **Exercise 5.2.** Decode the code prompt (`prompts["code"]`, 24 new tokens) with `PromptLookup(3, 2)` and
+# **Exercise 5.2.** Decode the code prompt (`prompts["code"]`, 16 new tokens) with `PromptLookup(3, 2)` and
 # `PromptLookup(3, 20)`, and put their tokens per forward in `per_forward_2` and `per_forward_20`.
 
 # %% tags=["solution"] answer="per_forward_2, per_forward_20"
-per_forward_2 = mtdecode.generate(smol, prompts["code"], PromptLookup(3, 2), max_new_tokens=24).stats.tokens_per_forward
-per_forward_20 = mtdecode.generate(smol, prompts["code"], PromptLookup(3, 20), max_new_tokens=24).stats.tokens_per_forward
+per_forward_2 = mtdecode.generate(smol, prompts["code"], PromptLookup(3, 2), max_new_tokens=16).stats.tokens_per_forward
+per_forward_20 = mtdecode.generate(smol, prompts["code"], PromptLookup(3, 20), max_new_tokens=16).stats.tokens_per_forward
 print(f"k = 2: {per_forward_2:.2f} tokens per forward; k = 20: {per_forward_20:.2f}")
 
 # %% tags=["check"] wrong="per_forward_2, per_forward_20 = per_forward_20, per_forward_2"
 course.check("5.2", (per_forward_2, per_forward_20), tuple(
-    mtdecode.generate(smol, prompts["code"], PromptLookup(3, k), max_new_tokens=24).stats.tokens_per_forward
+    mtdecode.generate(smol, prompts["code"], PromptLookup(3, k), max_new_tokens=16).stats.tokens_per_forward
     for k in (2, 20)), tolerance=1e-9, hint="`result.stats.tokens_per_forward`, one run per k")  # fmt: skip
 
 # %% [markdown]
