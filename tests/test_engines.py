@@ -190,7 +190,8 @@ def _rarely_guessing(every: int, bug: str):
     return decoder
 
 
-@pytest.mark.usefixtures("unchecked")  # 2,000 runs of decoders whose types the oracle's own tests check; 45% faster
+# 2,000 runs of decoders whose types other tests check; with the checks on, 8.7 s instead of 4.8 s on one thread
+@pytest.mark.usefixtures("unchecked")
 def test_check_sampling_calls_a_rarely_taken_guessed_path_inconclusive_even_if_it_is_wrong():
     """A speculative path whose acceptance ratio reads the draft's untempered probabilities (wrong at temperature
     0.5) is taken in 1 run of 50: the whole law

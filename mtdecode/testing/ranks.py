@@ -10,9 +10,9 @@ use (measuring a second model's would show nothing new and double the launch's l
 with `torch.distributed` not yet started, the ranks share out the models and decode each with the whole model as a
 single process does (`alone`). Each rank writes what it decoded to `OUT/rank{r}.json`, with what two deliberately
 divergent calls raised (`divergent`) and, for the first model, the oracle's verdicts on a correct and a wrong
-decoder (`oracle`). Then
-rank 0 waits on a barrier that rank 1 never reaches, so that the stack a hung rank prints (`faulthandler`: after
-`--hang` seconds there, after `--timeout` seconds anywhere else) is seen to name the call it waits in.
+decoder (`oracle`). Then rank 0 waits on a barrier that rank 1 never reaches, so that the stack a hung rank prints
+(`faulthandler`: after `--hang` seconds there, after `--timeout` seconds anywhere else) is seen to name the call it
+waits in.
 """
 
 import argparse
