@@ -1,8 +1,8 @@
 """Shared test set-up. mtdecode is not imported at module level here, so that jaxtyping's
 pytest plugin (see `addopts` in pyproject.toml) can instrument it with beartype first.
 
-Hypothesis profiles: `default` keeps `make test` within its time; `thorough` runs 20x more
-examples; `hosts` (12 examples) is what `make test-hosts` runs under every kernel set. Choose
+Hypothesis profiles: `default` (20 examples, unless a test sets fewer) keeps `make test` within its time;
+`thorough` runs 20x more examples; `hosts` (12 examples) is what `make test-hosts` runs under every kernel set. Choose
 with `MTDECODE_HYPOTHESIS_PROFILE=thorough make test`.
 """
 
@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 # mtdecode module, whatever that module imports first looks for bytecode under the hook's own cache name, finds
 # none and is compiled from source (about 1,700 modules, 3 to 4 s in every worker)
 
-DEFAULT_EXAMPLES = 25
+DEFAULT_EXAMPLES = 20
 settings.register_profile(
     "default",
     max_examples=DEFAULT_EXAMPLES,
