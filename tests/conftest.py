@@ -116,7 +116,8 @@ def types_unchecked():
 def unchecked():
     """`types_unchecked` for a whole test. The sampling laws' thousands of seeded runs (`test_*_sampling.py`) take it:
     every strategy's sampled path runs with the checks on in `test_batch.py` (a sampled row against its prompt alone),
-    and checking the laws' runs again made those three files about 15% slower (77 s against 65 s on one thread)."""
+    and checking the laws' runs again made those three files about a tenth slower (72 s against 66 s, one process on
+    one thread)."""
     with types_unchecked():
         yield
 

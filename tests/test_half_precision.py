@@ -43,8 +43,9 @@ def noisy_draft(model):
 
 #: every exact strategy as the oracle's decoders, at fixed settings: on these tiny models their rules pick plain greedy
 #: decoding where wide forwards (or the tiny draft's forwards, as dear as the target's) are slow (make test-hosts:
-#: default kernels), and EAGLE's random head drafted in about one step in ten, after measuring its costs for most
-#: of the test's time; a check that never saw a guess verified is inconclusive
+#: default kernels), and at its defaults EAGLE's random head spent most of the check measuring its costs (1,326
+#: forwards for 98 tokens in bfloat16, against 84 at `tree_size=6`); a check that never saw a guess verified is
+#: inconclusive
 EXACT = {
     "autoregressive": lambda m: Autoregressive(),
     "speculative": lambda m: Speculative(noisy_draft(m.hf), num_draft_tokens=3),
